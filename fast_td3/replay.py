@@ -1,0 +1,243 @@
+"""Per-env replay buffer that lives on the learner's device.
+
+Storage is a TensorDict of shape `[num_envs, capacity]`: env `e` writes its
+t-th transition to slot `t % capacity` of row `e`, all envs in lockstep, so one
+write pointer serves every env and an n-step window is a walk along one row.
+
+Each slot holds `next_observations` explicitly: for an env whose episode ended
+at that step it is the env's true final observation (never the reset
+observation that follows), which is what a time-out must bootstrap from.
+
+With an asymmetric critic whose observation starts with the actor observation
+(MuJoCo Playground's `privileged_state` does), only the privileged tail is
+stored and the full critic observation is rebuilt when sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+# Keys of a transition handed to `extend` (batch `[num_envs]`).
+OBS = "observations"
+ACTIONS = "actions"
+REWARDS = "rewards"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+NEXT_OBS = "next_observations"
+CRITIC_OBS = "critic_observations"
+NEXT_CRITIC_OBS = "next_critic_observations"
+# Keys added to a sampled batch.
+DISCOUNT = "discount"
+NSTEP_LENGTH = "n_step_length"
+
+
+class ReplayBuffer:
+    """Circular per-env storage with uniform, env-balanced sampling and n-step returns.
+
+    Args:
+        num_envs, capacity_per_env: storage shape.
+        num_obs, num_actions: actor observation and action sizes.
+        num_critic_obs: full critic observation size (None: symmetric critic).
+        critic_obs_extends_actor_obs: the critic observation is the actor
+            observation followed by privileged terms; store only those terms.
+        n_step, gamma: n-step return length and discount.
+        obs_dtype: storage dtype of observations (bfloat16 halves their memory);
+            sampled observations are always float32.
+        device: where the storage lives (`"meta"` measures memory without allocating).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        capacity_per_env: int,
+        num_obs: int,
+        num_actions: int,
+        num_critic_obs: int | None = None,
+        critic_obs_extends_actor_obs: bool = False,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        obs_dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if capacity_per_env < n_step:
+            raise ValueError(f"capacity_per_env ({capacity_per_env}) must be >= n_step ({n_step})")
+        if critic_obs_extends_actor_obs and (num_critic_obs is None or num_critic_obs < num_obs):
+            raise ValueError(
+                "critic_obs_extends_actor_obs needs num_critic_obs >= num_obs, "
+                f"got num_critic_obs={num_critic_obs}, num_obs={num_obs}"
+            )
+        self.num_envs = num_envs
+        self.capacity = capacity_per_env
+        self.num_obs = num_obs
+        self.num_actions = num_actions
+        self.num_critic_obs = num_critic_obs
+        self.critic_tail_only = critic_obs_extends_actor_obs
+        self.n_step = n_step
+        self.gamma = gamma
+        self.obs_dtype = obs_dtype
+        self.device = torch.device(device)
+        self._ptr = 0  # next slot to write (host integer: no device sync)
+        self._size = 0  # filled slots per env
+
+        shape = (num_envs, capacity_per_env)
+        spec = {
+            OBS: ((num_obs,), obs_dtype),
+            NEXT_OBS: ((num_obs,), obs_dtype),
+            ACTIONS: ((num_actions,), torch.float32),
+            REWARDS: ((), torch.float32),
+            TERMINATED: ((), torch.bool),
+            TRUNCATED: ((), torch.bool),
+        }
+        stored_critic = self._stored_critic_size()
+        if stored_critic:
+            spec[CRITIC_OBS] = ((stored_critic,), obs_dtype)
+            spec[NEXT_CRITIC_OBS] = ((stored_critic,), obs_dtype)
+        self._storage = TensorDict(
+            {k: torch.zeros(*shape, *s, dtype=d, device=self.device) for k, (s, d) in spec.items()},
+            batch_size=shape,
+            device=self.device,
+        )
+        # Offsets 0..n-1 of an n-step window, reused by every sample.
+        self._offsets = torch.arange(n_step, device=self.device)
+        self._discounts = gamma ** torch.arange(n_step + 1, device=self.device, dtype=torch.float32)
+
+    def _stored_critic_size(self) -> int:
+        if self.num_critic_obs is None:
+            return 0
+        if self.critic_tail_only:
+            return self.num_critic_obs - self.num_obs
+        return self.num_critic_obs
+
+    # ------------------------------------------------------------------ state
+    def __len__(self) -> int:
+        """Transitions stored per env."""
+        return self._size
+
+    @property
+    def num_transitions(self) -> int:
+        return self._size * self.num_envs
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the storage tensors."""
+        return sum(t.numel() * t.element_size() for t in self._storage.values())
+
+    # ------------------------------------------------------------------ write
+    def extend(self, transition: TensorDict) -> None:
+        """Write one vectorised env step: a TensorDict with batch `[num_envs]`.
+
+        `next_observations` (and `next_critic_observations`) must already hold
+        the true final observation for envs that finished at this step.
+        """
+        row = {}
+        for key in (OBS, NEXT_OBS, ACTIONS, REWARDS, TERMINATED, TRUNCATED):
+            row[key] = transition[key]
+        if self.num_critic_obs is not None:
+            for key in (CRITIC_OBS, NEXT_CRITIC_OBS):
+                value = transition[key]
+                row[key] = value[..., self.num_obs :] if self.critic_tail_only else value
+        for key, value in row.items():
+            target = self._storage[key]
+            target[:, self._ptr] = value.reshape(target[:, self._ptr].shape).to(target.dtype)
+        self._ptr = (self._ptr + 1) % self.capacity
+        self._size = min(self._size + 1, self.capacity)
+
+    # ------------------------------------------------------------------ read
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        """Draw `batch_size // num_envs` slots from every env, uniformly among filled ones.
+
+        Returns a TensorDict of `num_envs * (batch_size // num_envs)` transitions
+        with n-step `rewards`, the `next_observations` at the end of each window,
+        `terminated` / `truncated` of the window's last step, `discount`
+        (`gamma ** k` for a window of k steps) and `n_step_length` (k).
+
+        A window stops at the first step whose episode ended (terminated or
+        truncated), and at the newest stored step (the future is not known yet:
+        a shorter return that bootstraps is still an unbiased target).
+        """
+        if self._size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        per_env = batch_size // self.num_envs
+        if per_env < 1:
+            raise ValueError(
+                f"batch_size ({batch_size}) must be at least num_envs ({self.num_envs}): "
+                "every env contributes batch_size // num_envs samples"
+            )
+        age = torch.randint(0, self._size, (self.num_envs, per_env), device=self.device, generator=generator)
+        return self.gather(age)
+
+    def gather(self, age: torch.Tensor) -> TensorDict:
+        """The n-step transitions starting at `age[e, j]` steps after env e's oldest
+        stored step (`0 <= age < len(self)`); `age` is `[num_envs, per_env]`."""
+        device = self.device
+        per_env = age.shape[1]
+        oldest = self._ptr if self._size == self.capacity else 0
+        env_idx = torch.arange(self.num_envs, device=device).unsqueeze(1).expand(-1, per_env)
+
+        # n-step window along each sampled row: slots [start, start + n).
+        window_age = age.unsqueeze(-1) + self._offsets  # [E, P, n]
+        window_slot = (oldest + window_age) % self.capacity
+        window_env = env_idx.unsqueeze(-1).expand_as(window_slot)
+        stored = window_age < self._size  # steps written so far
+        terminated = self._storage[TERMINATED][window_env, window_slot]
+        truncated = self._storage[TRUNCATED][window_env, window_slot]
+        ended = terminated | truncated
+        # Step k is in the return if it is stored and no earlier step ended the episode.
+        ended_before = torch.cumsum(ended.int(), dim=-1) - ended.int()
+        included = stored & (ended_before == 0)
+        length = included.sum(dim=-1)  # [E, P], >= 1
+        rewards = self._storage[REWARDS][window_env, window_slot]
+        n_step_reward = (rewards * self._discounts[: self.n_step] * included).sum(-1)
+        last = (length - 1).unsqueeze(-1)
+        last_slot = window_slot.gather(-1, last).squeeze(-1)
+        last_terminated = terminated.gather(-1, last).squeeze(-1)
+        last_truncated = truncated.gather(-1, last).squeeze(-1)
+
+        first_slot = window_slot[..., 0]
+        storage = self._storage
+
+        def at_first(key: str) -> torch.Tensor:
+            return storage[key][env_idx, first_slot]
+
+        def at_last(key: str) -> torch.Tensor:
+            return storage[key][env_idx, last_slot]
+
+        batch = {
+            OBS: at_first(OBS).float(),
+            ACTIONS: at_first(ACTIONS),
+            NEXT_OBS: at_last(NEXT_OBS).float(),
+            REWARDS: n_step_reward,
+            TERMINATED: last_terminated,
+            TRUNCATED: last_truncated,
+            DISCOUNT: self._discounts[length],
+            NSTEP_LENGTH: length,
+        }
+        if self.num_critic_obs is not None:
+            critic = at_first(CRITIC_OBS).float()
+            next_critic = at_last(NEXT_CRITIC_OBS).float()
+            if self.critic_tail_only:
+                critic = torch.cat([batch[OBS], critic], dim=-1)
+                next_critic = torch.cat([batch[NEXT_OBS], next_critic], dim=-1)
+            batch[CRITIC_OBS] = critic
+            batch[NEXT_CRITIC_OBS] = next_critic
+        total = self.num_envs * per_env
+        return TensorDict(
+            {k: v.reshape(total, *v.shape[2:]) for k, v in batch.items()},
+            batch_size=[total],
+            device=device,
+        )
+
+    # ------------------------------------------------------------------ save
+    def state_dict(self) -> dict:
+        return {"storage": self._storage.clone(), "ptr": self._ptr, "size": self._size}
+
+    def load_state_dict(self, state: dict) -> None:
+        storage = state["storage"]
+        if tuple(storage.batch_size) != (self.num_envs, self.capacity):
+            raise ValueError(
+                f"replay state has shape {tuple(storage.batch_size)}, "
+                f"this buffer is {(self.num_envs, self.capacity)}"
+            )
+        self._storage.update_(storage.to(self.device))
+        self._ptr = int(state["ptr"])
+        self._size = int(state["size"])

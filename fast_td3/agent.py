@@ -19,6 +19,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from fast_td3.config import AlgoConfig
+from fast_td3.device import resolve_device
 from fast_td3.networks import Actor, DistributionalCritic, project_distribution
 from fast_td3.normalization import EmpiricalNormalization, RewardNormalization
 from fast_td3 import replay as keys
@@ -168,6 +169,16 @@ def make_adamw(params: Iterable[nn.Parameter], lr: float, cfg: AlgoConfig, devic
     )
 
 
+def _load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Load a copy of `state` (never alias another optimizer's moments) and keep this
+    optimizer's own learning-rate tensors, which schedules and compiled code hold on to."""
+    own_lrs = [group["lr"] for group in optimizer.param_groups]
+    optimizer.load_state_dict(copy.deepcopy(state))
+    for group, lr in zip(optimizer.param_groups, own_lrs):
+        if isinstance(lr, torch.Tensor):
+            group["lr"] = lr
+
+
 # --------------------------------------------------------------------------- learner
 class FastTD3(nn.Module):
     """Networks, optimisers and the update step of FastTD3.
@@ -185,12 +196,12 @@ class FastTD3(nn.Module):
         num_actions: int,
         num_critic_obs: int | None = None,
         num_envs: int = 1,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = "auto",
         total_critic_updates: int | None = None,
     ) -> None:
         super().__init__()
         self.cfg = cfg
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.num_obs = num_obs
         self.num_actions = num_actions
         self.num_critic_obs = num_critic_obs
@@ -366,8 +377,8 @@ class FastTD3(nn.Module):
 
     def load_training_state(self, state: dict) -> None:
         self.load_state_dict(state["modules"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        _load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
+        _load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
         self.actor_schedule.load_state_dict(state["actor_schedule"])
         self.critic_schedule.load_state_dict(state["critic_schedule"])
         self.critic_updates = int(state["critic_updates"])

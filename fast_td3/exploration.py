@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fast_td3.device import resolve_device
+
 
 class PerEnvGaussianNoise(nn.Module):
     def __init__(
@@ -17,12 +19,12 @@ class PerEnvGaussianNoise(nn.Module):
         num_envs: int,
         std_min: float,
         std_max: float,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = "auto",
     ) -> None:
         super().__init__()
         self.std_min = float(std_min)
         self.std_max = float(std_max)
-        self.register_buffer("std", torch.empty(num_envs, 1, device=device))
+        self.register_buffer("std", torch.empty(num_envs, 1, device=resolve_device(device)))
         self.resample()
 
     def _draw(self, n: int) -> torch.Tensor:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
+from fast_td3.device import resolve_device
+
 # Keys of a transition handed to `extend` (batch `[num_envs]`).
 OBS = "observations"
 ACTIONS = "actions"
@@ -44,7 +46,8 @@ class ReplayBuffer:
         n_step, gamma: n-step return length and discount.
         obs_dtype: storage dtype of observations (bfloat16 halves their memory);
             sampled observations are always float32.
-        device: where the storage lives (`"meta"` measures memory without allocating).
+        device: where the storage lives ("auto": the GPU when present; "meta"
+            measures memory without allocating).
     """
 
     def __init__(
@@ -58,7 +61,7 @@ class ReplayBuffer:
         n_step: int = 1,
         gamma: float = 0.99,
         obs_dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = "auto",
     ) -> None:
         if capacity_per_env < n_step:
             raise ValueError(f"capacity_per_env ({capacity_per_env}) must be >= n_step ({n_step})")
@@ -76,7 +79,7 @@ class ReplayBuffer:
         self.n_step = n_step
         self.gamma = gamma
         self.obs_dtype = obs_dtype
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self._ptr = 0  # next slot to write (host integer: no device sync)
         self._size = 0  # filled slots per env
 

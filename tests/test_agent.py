@@ -192,7 +192,8 @@ def test_bf16_updates_stay_finite_on_large_values():
     assert all(torch.isfinite(p).all() for p in agent.parameters())
 
 
-def test_training_state_round_trip_continues_identically():
+@pytest.mark.parametrize("through_file", [False, True])
+def test_training_state_round_trip_continues_identically(through_file, tmp_path):
     cfg = tiny_config(lr_schedule="cosine", critic_lr_end=1e-5, actor_lr_end=1e-5, policy_frequency=2)
     batches = [random_batch(4, 2, 32, seed=s) for s in range(6)]
     torch.manual_seed(0)
@@ -201,6 +202,9 @@ def test_training_state_round_trip_continues_identically():
     for b in batches[:3]:
         agent.update(b)
     state = agent.training_state()
+    if through_file:  # plain tensors and numbers: loadable with weights_only=True
+        torch.save(state, tmp_path / "state.pt")
+        state = torch.load(tmp_path / "state.pt", weights_only=True)
     torch.manual_seed(1)
     resumed = FastTD3(cfg, 4, 2, total_critic_updates=10)
     resumed.load_training_state(state)
@@ -214,6 +218,12 @@ def test_training_state_round_trip_continues_identically():
         torch.testing.assert_close(m1["critic_loss"], m2["critic_loss"], rtol=0, atol=0)
     for (name, a), b in zip(agent.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    # The resumed learner owns its optimiser state and learning-rate tensor.
+    assert resumed.critic_optimizer.param_groups[0]["lr"] is not agent.critic_optimizer.param_groups[0]["lr"]
+    first = resumed.critic.layers[0].weight
+    assert resumed.critic_optimizer.state[first]["exp_avg"].data_ptr() != (
+        agent.critic_optimizer.state[agent.critic.layers[0].weight]["exp_avg"].data_ptr()
+    )
 
 
 def test_act_uses_the_observation_normaliser():

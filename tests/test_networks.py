@@ -77,3 +77,22 @@ def test_exploration_noise_per_env_std_in_range_and_redrawn_only_for_done_envs()
     empty = PerEnvGaussianNoise(3, 0.0, 0.0)
     assert torch.equal(empty(torch.full((3, 2), 0.5)), torch.full((3, 2), 0.5))
     assert isinstance(noise, nn.Module) and "std" in noise.state_dict()
+
+
+def test_detached_critic_gives_the_same_action_gradients_as_the_plain_one():
+    """The actor-loss path uses a ReLU with a sign-based backward; it must be exact."""
+    torch.manual_seed(0)
+    critic = DistributionalCritic(6, 3, hidden_dims=[32, 16], num_atoms=7)
+    obs = torch.randn(64, 6)
+    act_plain = torch.randn(64, 3, requires_grad=True)
+    act_detached = act_plain.detach().clone().requires_grad_(True)
+    torch.testing.assert_close(critic(obs, act_plain), critic(obs, act_detached, detach_params=True))
+    critic.expected_value(critic(obs, act_plain)).sum().backward()
+    critic.expected_value(critic(obs, act_detached, detach_params=True)).sum().backward()
+    torch.testing.assert_close(act_detached.grad, act_plain.grad, rtol=0, atol=0)
+    # At exactly zero the gradient is zero, as for torch.relu.
+    from fast_td3.networks import _ReluSignGrad
+
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    _ReluSignGrad.apply(x).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 1.0]

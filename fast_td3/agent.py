@@ -2,7 +2,9 @@
 
 The loss functions at the top take modules and tensors and return tensors;
 they hold no state and branch only on Python configuration, never on tensor
-values, so the whole update compiles into one function with no host syncs.
+values. `FastTD3._update` (critic step, actor step when due, Polyak) is the one
+function handed to `torch.compile`; Dynamo splits it at `backward()` and at the
+fused AdamW step, which run as their own kernels, with no host syncs anywhere.
 `FastTD3` owns the networks, optimisers, learning-rate schedules and update
 counters, and decides on the host (from integer counters) when the actor is due.
 """
@@ -230,7 +232,11 @@ class FastTD3(nn.Module):
 
         self.actor_optimizer = make_adamw(self.actor.parameters(), cfg.actor_lr, cfg, self.device)
         self.critic_optimizer = make_adamw(self.critic.parameters(), cfg.critic_lr, cfg, self.device)
-        schedule_len = cfg.schedule_updates or total_critic_updates or 1
+        schedule_len = cfg.schedule_updates or total_critic_updates or 0
+        if cfg.lr_schedule == "cosine" and schedule_len <= 0:
+            raise ValueError(
+                "lr_schedule='cosine' needs a length: set schedule_updates or pass total_critic_updates"
+            )
         self.actor_schedule = LearningRateSchedule(
             self.actor_optimizer, cfg.actor_lr, cfg.actor_lr_end,
             math.ceil(schedule_len / cfg.policy_frequency), cfg.lr_schedule,

@@ -67,28 +67,32 @@ class EmpiricalNormalization(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).float()
-        count = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
-        batch_mean = x.mean(dim=0)
+        n = x.shape[0]
+        # torch.full launches a fill; torch.tensor(python_number, device=cuda) would copy and sync.
+        count = torch.full((), float(n), dtype=torch.float64, device=x.device)
+        batch_mean = x.sum(dim=0) / max(n, 1)  # an empty batch contributes nothing
         batch_m2 = ((x - batch_mean) ** 2).sum(dim=0)
         if self._distributed:
-            count64, batch_mean, batch_m2 = _all_reduce_moments(
-                count.float(), batch_mean, batch_m2, self._group
-            )
-            count = count64.double()
+            count32, batch_mean, batch_m2 = _all_reduce_moments(count.float(), batch_mean, batch_m2, self._group)
+            count = count32.double()
         self._merge(count, batch_mean, batch_m2)
 
     def _merge(self, batch_count: torch.Tensor, batch_mean: torch.Tensor, batch_m2: torch.Tensor) -> None:
+        old_count = self.count.float()
         total = self.count + batch_count
-        weight = (batch_count / total).float()  # share of the new batch
-        if self.until is not None:
-            # Past `until` samples the statistics freeze (weight 0), with no host branch.
-            weight = weight * (self.count < self.until).float()
-            total = torch.where(self.count < self.until, total, self.count)
+        weight = (batch_count / total.clamp_min(1)).float()  # share of the new batch
         delta = batch_mean - self.mean
-        old_m2 = self.var * self.count.float()
-        new_m2 = old_m2 + batch_m2 + delta**2 * (self.count.float() * weight)
-        self.mean.add_(delta * weight)
-        self.var.copy_(torch.where(total > 0, new_m2 / total.float(), self.var))
+        new_mean = self.mean + delta * weight
+        new_m2 = self.var * old_count + batch_m2 + delta**2 * (old_count * weight)
+        new_var = torch.where(total > 0, new_m2 / total.clamp_min(1).float(), self.var)
+        if self.until is not None:
+            # Past `until` samples every statistic freezes; decided on the device, not the host.
+            active = self.count < self.until
+            new_mean = torch.where(active, new_mean, self.mean)
+            new_var = torch.where(active, new_var, self.var)
+            total = torch.where(active, total, self.count)
+        self.mean.copy_(new_mean)
+        self.var.copy_(new_var)
         self.count.copy_(total)
 
 

@@ -135,7 +135,7 @@ class ReplayBuffer:
         row = {}
         for key in (OBS, NEXT_OBS, ACTIONS, REWARDS, TERMINATED, TRUNCATED):
             row[key] = transition[key]
-        if self.num_critic_obs is not None:
+        if self._stored_critic_size():
             for key in (CRITIC_OBS, NEXT_CRITIC_OBS):
                 value = transition[key]
                 row[key] = value[..., self.num_obs :] if self.critic_tail_only else value
@@ -147,7 +147,8 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ read
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
-        """Draw `batch_size // num_envs` slots from every env, uniformly among filled ones.
+        """Draw `batch_size // num_envs` slots from every env, uniformly among filled ones
+        (`generator`, if given, must live on the buffer's device).
 
         Returns a TensorDict of `num_envs * (batch_size // num_envs)` transitions
         with n-step `rewards`, the `next_observations` at the end of each window,
@@ -216,11 +217,13 @@ class ReplayBuffer:
             NSTEP_LENGTH: length,
         }
         if self.num_critic_obs is not None:
-            critic = at_first(CRITIC_OBS).float()
-            next_critic = at_last(NEXT_CRITIC_OBS).float()
-            if self.critic_tail_only:
-                critic = torch.cat([batch[OBS], critic], dim=-1)
-                next_critic = torch.cat([batch[NEXT_OBS], next_critic], dim=-1)
+            if not self.critic_tail_only:
+                critic, next_critic = at_first(CRITIC_OBS).float(), at_last(NEXT_CRITIC_OBS).float()
+            elif self._stored_critic_size():
+                critic = torch.cat([batch[OBS], at_first(CRITIC_OBS).float()], dim=-1)
+                next_critic = torch.cat([batch[NEXT_OBS], at_last(NEXT_CRITIC_OBS).float()], dim=-1)
+            else:  # the critic observation is the actor observation
+                critic, next_critic = batch[OBS], batch[NEXT_OBS]
             batch[CRITIC_OBS] = critic
             batch[NEXT_CRITIC_OBS] = next_critic
         total = self.num_envs * per_env
@@ -232,7 +235,10 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ save
     def state_dict(self) -> dict:
-        return {"storage": self._storage.clone(), "ptr": self._ptr, "size": self._size}
+        """A snapshot on the host: saving a full accelerator-resident buffer must not
+        need a second copy of it on the accelerator."""
+        snapshot = self._storage.clone() if self.device.type == "cpu" else self._storage.to("cpu")
+        return {"storage": snapshot, "ptr": self._ptr, "size": self._size}
 
     def load_state_dict(self, state: dict) -> None:
         storage = state["storage"]
@@ -240,6 +246,11 @@ class ReplayBuffer:
             raise ValueError(
                 f"replay state has shape {tuple(storage.batch_size)}, "
                 f"this buffer is {(self.num_envs, self.capacity)}"
+            )
+        if set(storage.keys()) != set(self._storage.keys()):
+            raise ValueError(
+                f"replay state holds {sorted(storage.keys())}, this buffer stores "
+                f"{sorted(self._storage.keys())} (symmetric vs asymmetric critic?)"
             )
         self._storage.update_(storage.to(self.device))
         self._ptr = int(state["ptr"])

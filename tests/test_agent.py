@@ -16,7 +16,9 @@ from fast_td3.agent import (
     target_distribution,
 )
 from fast_td3.networks import DistributionalCritic, project_distribution
-from helpers import random_batch, tiny_config
+from fast_td3.exploration import PerEnvGaussianNoise
+from fast_td3.replay import ReplayBuffer
+from helpers import fill_buffer, random_batch, tiny_config
 
 
 class FixedLogitsCritic(nn.Module):
@@ -122,19 +124,30 @@ def test_actor_update_count_for_every_schedule(num_updates, policy_frequency):
     assert agent.critic_updates == global_steps * num_updates
 
 
-def test_update_makes_no_host_sync(monkeypatch):
-    """Reading a tensor's value on the host inside an update would stall a GPU every step."""
-    cfg = tiny_config(policy_frequency=1, max_grad_norm=1.0, reward_normalization=True, use_target_actor=True)
+def test_hot_loop_makes_no_host_sync(monkeypatch):
+    """Reading a tensor's value on the host, or copying a host number to the device, in
+    the per-step path (act, explore, normalise, store, sample, update) would stall a GPU."""
+    cfg = tiny_config(policy_frequency=1, max_grad_norm=1.0, reward_normalization=True,
+                      use_target_actor=True, n_step=3)
     agent = FastTD3(cfg, num_obs=4, num_actions=2, num_critic_obs=6, num_envs=4)
-    agent.update_normalizers(torch.randn(4, 4), torch.randn(4, 6), torch.randn(4), torch.zeros(4, dtype=torch.bool))
-    batch = random_batch(4, 2, 16, num_critic_obs=6)
+    buffer = ReplayBuffer(4, 8, 4, 2, num_critic_obs=6, n_step=3)
+    noise = PerEnvGaussianNoise(4, 0.1, 0.5)
+    fill_buffer(buffer, 3)
+    obs, critic_obs = torch.randn(4, 4), torch.randn(4, 6)
+    rewards, dones = torch.randn(4), torch.tensor([True, False, False, True])
+    transition = buffer.sample(4)[:4]  # any [num_envs] transition with every key
 
     def forbidden(*args, **kwargs):
-        raise AssertionError("host sync inside the update")
+        raise AssertionError("host sync in the hot loop")
 
     for name in ("item", "tolist", "__bool__", "__float__", "__int__", "numpy"):
         monkeypatch.setattr(torch.Tensor, name, forbidden)
-    metrics = agent.update(batch)
+    monkeypatch.setattr(torch, "tensor", forbidden)
+    noise(agent.act(obs))
+    noise.resample(dones)
+    agent.update_normalizers(obs, critic_obs, rewards, dones)
+    buffer.extend(transition)
+    metrics = agent.update(buffer.sample(16))
     monkeypatch.undo()
     assert {"critic_loss", "actor_loss", "q_mean", "critic_grad_norm", "actor_grad_norm"} <= set(metrics.keys())
 
@@ -233,6 +246,12 @@ def test_act_uses_the_observation_normaliser():
     expected = agent.actor((obs - agent.obs_normalizer.mean) / (agent.obs_normalizer.std + 1e-2))
     torch.testing.assert_close(agent.act(obs), expected)
     assert agent.act(obs).abs().max() <= 1
+
+
+def test_cosine_schedule_without_a_length_is_refused():
+    with pytest.raises(ValueError, match="schedule_updates"):
+        FastTD3(tiny_config(lr_schedule="cosine"), 4, 2)
+    assert FastTD3(tiny_config(lr_schedule="cosine", schedule_updates=10), 4, 2).critic_schedule.total == 10
 
 
 def test_invalid_config_names_the_field():

@@ -28,11 +28,25 @@ def test_running_statistics_equal_numpy_over_the_stream():
     torch.testing.assert_close(norm.inverse(norm(x)), x, rtol=1e-5, atol=1e-5)
 
 
-def test_until_freezes_the_statistics():
+def test_until_freezes_every_statistic():
     norm = EmpiricalNormalization(1, until=10)
-    norm.update(torch.ones(10, 1))
-    norm.update(torch.full((10, 1), 100.0))
-    assert norm.mean.item() == 1.0 and int(norm.count) == 10
+    first = torch.arange(10.0).reshape(10, 1)
+    norm.update(first)
+    frozen = (norm.mean.clone(), norm.var.clone())
+    for _ in range(3):
+        norm.update(torch.randn(10, 1) * 50 + 100)
+    assert torch.equal(norm.mean, frozen[0]) and torch.equal(norm.var, frozen[1])
+    assert int(norm.count) == 10
+    np.testing.assert_allclose(norm.var.numpy(), first.numpy().var(0), rtol=1e-6)
+
+
+def test_empty_batch_changes_nothing():
+    norm = EmpiricalNormalization(2)
+    norm.update(torch.empty(0, 2))
+    assert torch.isfinite(norm.mean).all() and torch.isfinite(norm.var).all() and int(norm.count) == 0
+    norm.update(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+    norm.update(torch.empty(0, 2))
+    assert norm.mean.tolist() == [2.0, 4.0] and norm.var.tolist() == [1.0, 4.0]
 
 
 def test_state_dict_round_trip():

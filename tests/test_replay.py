@@ -225,3 +225,22 @@ def test_state_dict_round_trip_restores_contents_and_pointer():
     assert (clone.gather(ages) == buffer.gather(ages)).all()
     with pytest.raises(ValueError, match="shape"):
         ReplayBuffer(3, 10, 3, 1).load_state_dict(buffer.state_dict())
+
+
+def test_empty_privileged_tail_means_the_critic_sees_the_actor_observation():
+    buffer = ReplayBuffer(2, 4, 3, 1, num_critic_obs=3, critic_obs_extends_actor_obs=True)
+    stream = random_stream(2, 3, 3, 1, seed=4)
+    for step in stream:
+        step["critic_observations"] = step["observations"]
+        step["next_critic_observations"] = step["next_observations"]
+        buffer.extend(as_td(step))
+    batch = buffer.gather(torch.arange(3).repeat(2, 1))
+    assert torch.equal(batch["critic_observations"], batch["observations"])
+    assert torch.equal(batch["next_critic_observations"], batch["next_observations"])
+
+
+def test_loading_a_state_with_other_keys_is_refused():
+    symmetric = ReplayBuffer(2, 4, 3, 1)
+    asymmetric = ReplayBuffer(2, 4, 3, 1, num_critic_obs=5)
+    with pytest.raises(ValueError, match="symmetric vs asymmetric"):
+        asymmetric.load_state_dict(symmetric.state_dict())

@@ -260,3 +260,25 @@ def test_invalid_config_names_the_field():
     with pytest.raises(ValueError, match="precision"):
         tiny_config(precision="fp8")
     assert math.isfinite(tiny_config().gamma)
+
+
+@pytest.mark.parametrize("compile_", [False, True])
+def test_scheduled_learning_rate_reaches_the_optimiser_step(compile_):
+    """A cosine schedule that ends at 0 must freeze the networks once it gets there,
+    also when the update is compiled (the tensor lr is read live, not baked in)."""
+    torch._dynamo.reset()
+    cfg = tiny_config(
+        compile=compile_, lr_schedule="cosine", schedule_updates=2, policy_frequency=1,
+        critic_lr_end=0.0, actor_lr_end=0.0,
+    )
+    agent = FastTD3(cfg, 4, 2)
+    batch = random_batch(4, 2, 32)
+    first = [p.detach().clone() for p in agent.critic.parameters()]
+    agent.update(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(first, agent.critic.parameters()))
+    agent.update(batch)
+    assert agent.learning_rates() == {"actor_lr": 0.0, "critic_lr": 0.0}
+    frozen = [p.detach().clone() for p in agent.parameters() if p.requires_grad]
+    agent.update(batch)
+    for a, b in zip(frozen, [p for p in agent.parameters() if p.requires_grad]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

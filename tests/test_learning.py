@@ -5,6 +5,7 @@ replay buffer -> sampled batches -> update) so a broken piece anywhere in the
 chain shows up as a wrong value or policy.
 """
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -43,12 +44,17 @@ def train(agent, cfg, buffer, env_step, global_steps):
                 agent.update(buffer.sample(cfg.batch_size))
 
 
-def test_bandit_critic_learns_true_q_and_actor_the_optimal_action():
+@pytest.mark.parametrize(
+    "precision,compile_", [("fp32", False), ("bf16", True)], ids=["eager-fp32", "compiled-bf16"]
+)
+def test_bandit_critic_learns_true_q_and_actor_the_optimal_action(precision, compile_):
+    """Also compiled under bf16: a compiler that silently breaks learning must fail here."""
     torch.manual_seed(0)
+    torch._dynamo.reset()
     cfg = tiny_config(
         v_min=-6.0, v_max=2.0, num_atoms=51, batch_size=256, buffer_size=64,
         std_min=0.05, std_max=0.6, policy_noise=0.05, num_updates=2, policy_frequency=2,
-        weight_decay=0.0, actor_lr=1e-3, critic_lr=1e-3,
+        weight_decay=0.0, actor_lr=1e-3, critic_lr=1e-3, precision=precision, compile=compile_,
     )
     agent = FastTD3(cfg, NUM_OBS, NUM_ACTIONS)
     buffer = ReplayBuffer(NUM_ENVS, cfg.buffer_size, NUM_OBS, NUM_ACTIONS)

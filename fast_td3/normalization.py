@@ -113,14 +113,16 @@ class RewardNormalization(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs))
         self.register_buffer("max_abs_return", torch.zeros(()))
         self.return_stats = EmpiricalNormalization((), eps=0.0)
+        self._group = None
+        self._distributed = False
 
     @torch.no_grad()
     def update(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
         self.returns.mul_(self.gamma * (~dones.bool()).float()).add_(rewards.float())
         self.return_stats.update(self.returns)
         batch_max = self.returns.abs().max()
-        if self.return_stats._distributed:
-            dist.all_reduce(batch_max, op=dist.ReduceOp.MAX, group=self.return_stats._group)
+        if self._distributed:
+            dist.all_reduce(batch_max, op=dist.ReduceOp.MAX, group=self._group)
         self.max_abs_return.copy_(torch.maximum(self.max_abs_return, batch_max))
 
     def scale(self) -> torch.Tensor:
@@ -131,4 +133,7 @@ class RewardNormalization(nn.Module):
         return rewards / self.scale()
 
     def set_process_group(self, group=None) -> None:
+        """Pool the return statistics and the max |return| over this process group."""
+        self._distributed = True
+        self._group = group
         self.return_stats.set_process_group(group)

@@ -92,10 +92,10 @@ class ReplayBuffer:
             TERMINATED: ((), torch.bool),
             TRUNCATED: ((), torch.bool),
         }
-        stored_critic = self._stored_critic_size()
-        if stored_critic:
-            spec[CRITIC_OBS] = ((stored_critic,), obs_dtype)
-            spec[NEXT_CRITIC_OBS] = ((stored_critic,), obs_dtype)
+        self._stored_critic = self._stored_critic_size()
+        if self._stored_critic:
+            spec[CRITIC_OBS] = ((self._stored_critic,), obs_dtype)
+            spec[NEXT_CRITIC_OBS] = ((self._stored_critic,), obs_dtype)
         self._storage = TensorDict(
             {k: torch.zeros(*shape, *s, dtype=d, device=self.device) for k, (s, d) in spec.items()},
             batch_size=shape,
@@ -135,13 +135,13 @@ class ReplayBuffer:
         row = {}
         for key in (OBS, NEXT_OBS, ACTIONS, REWARDS, TERMINATED, TRUNCATED):
             row[key] = transition[key]
-        if self._stored_critic_size():
+        if self._stored_critic:
             for key in (CRITIC_OBS, NEXT_CRITIC_OBS):
                 value = transition[key]
                 row[key] = value[..., self.num_obs :] if self.critic_tail_only else value
         for key, value in row.items():
-            target = self._storage[key]
-            target[:, self._ptr] = value.reshape(target[:, self._ptr].shape).to(target.dtype)
+            column = self._storage[key][:, self._ptr]  # a view into the storage
+            column.copy_(value.reshape(column.shape))
         self._ptr = (self._ptr + 1) % self.capacity
         self._size = min(self._size + 1, self.capacity)
 
@@ -219,7 +219,7 @@ class ReplayBuffer:
         if self.num_critic_obs is not None:
             if not self.critic_tail_only:
                 critic, next_critic = at_first(CRITIC_OBS).float(), at_last(NEXT_CRITIC_OBS).float()
-            elif self._stored_critic_size():
+            elif self._stored_critic:
                 critic = torch.cat([batch[OBS], at_first(CRITIC_OBS).float()], dim=-1)
                 next_critic = torch.cat([batch[NEXT_OBS], at_last(NEXT_CRITIC_OBS).float()], dim=-1)
             else:  # the critic observation is the actor observation

@@ -9,9 +9,10 @@ OmegaConf accepts, so the same class serves as a Hydra structured config.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import Any, Dict, List, Optional
 
 PRECISIONS = ("fp32", "bf16")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -135,3 +136,102 @@ class AlgoConfig:
             problems.append(f"adam_betas needs two values, got {list(self.adam_betas)}")
         if problems:
             raise ValueError("invalid AlgoConfig: " + "; ".join(problems))
+
+
+@dataclass
+class EnvConfig:
+    """Which simulator and task, and how many copies of it run in parallel."""
+
+    suite: str = "gymnasium"
+    """Simulator suite: gymnasium, playground, humanoid_bench, isaaclab, mjlab."""
+    task: str = "InvertedPendulum-v5"
+    """Task id within the suite."""
+    num_envs: int = 128
+    """Parallel training envs; one global step collects num_envs transitions."""
+    max_episode_steps: Optional[int] = None
+    """Time limit in env steps (None: the task's own)."""
+    options: Dict[str, Any] = field(default_factory=dict)
+    """Suite-specific adapter options (e.g. gymnasium: vectorization, env_kwargs)."""
+    eval_options: Dict[str, Any] = field(default_factory=dict)
+    """Adapter options that differ for the evaluation envs (merged over `options`)."""
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go; every run also writes metrics.jsonl into its run folder."""
+
+    log_interval: int = 100
+    """Global steps between metric logs (each log costs one device sync)."""
+    console: bool = True
+    """Print a progress bar (on a terminal) or a metrics line per log (otherwise)."""
+    tensorboard: bool = False
+    """Write TensorBoard event files into <run folder>/tensorboard."""
+    wandb_mode: str = "disabled"
+    """wandb: 'online', 'offline', 'disabled', or 'auto' (online with credentials, else offline)."""
+    wandb_project: str = "fast-td3"
+    """wandb project."""
+    wandb_entity: Optional[str] = None
+    """wandb entity (team or user); None: your default."""
+    wandb_group: Optional[str] = None
+    """wandb group, e.g. to gather a sweep's runs."""
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Intervals count global steps (one vectorised env step)."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    total_steps: int = 150_000
+    """Length of the run in global steps."""
+    eval_interval: int = 5_000
+    """Global steps between evaluations on the separate eval envs (0: only at the end)."""
+    eval_episodes: int = 10
+    """Evaluation episodes, one per eval env, deterministic actions, fixed seeds."""
+    save_interval: int = 5_000
+    """Global steps between checkpoints (0: only at the end)."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept in <run folder>/checkpoints (older ones are deleted)."""
+    save_buffer: bool = False
+    """Include the replay buffer in checkpoints (large; a resumed run otherwise refills it)."""
+    seed: int = 1
+    """Seeds torch, NumPy, Python and (through derived per-env seeds) every env."""
+    device: str = "auto"
+    """Learner device: 'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ..."""
+    out_dir: str = "runs"
+    """Root of run folders: <out_dir>/<task>/<timestamp>_<seed>/."""
+    resume: Optional[str] = None
+    """Run folder or checkpoint file to continue (same folder, step counter and schedules)."""
+    check_finite: bool = True
+    """Stop with a checkpoint when an observation or reward is NaN/inf (one host sync per step)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.total_steps < 1:
+            problems.append(f"total_steps must be >= 1, got {self.total_steps}")
+        for name in ("eval_interval", "save_interval"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_episodes < 1:
+            problems.append(f"eval_episodes must be >= 1, got {self.eval_episodes}")
+        if self.logger.log_interval < 1:
+            problems.append(f"logger.log_interval must be >= 1, got {self.logger.log_interval}")
+        if self.logger.wandb_mode not in WANDB_MODES:
+            problems.append(f"logger.wandb_mode must be one of {WANDB_MODES}, got {self.logger.wandb_mode!r}")
+        if self.env.num_envs < 1:
+            problems.append(f"env.num_envs must be >= 1, got {self.env.num_envs}")
+        if self.algo.batch_size < self.env.num_envs:
+            problems.append(
+                f"algo.batch_size ({self.algo.batch_size}) must be >= env.num_envs ({self.env.num_envs}): "
+                "each update draws batch_size // num_envs transitions per env"
+            )
+        if problems:
+            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+
+
+def register_configs() -> None:
+    """Register the structured schema with Hydra's ConfigStore (as `train_schema`)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

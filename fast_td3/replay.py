@@ -235,23 +235,23 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ save
     def state_dict(self) -> dict:
-        """A snapshot on the host: saving a full accelerator-resident buffer must not
-        need a second copy of it on the accelerator."""
+        """A snapshot on the host, as plain tensors (loadable with `torch.load(weights_only=True)`):
+        saving a full accelerator-resident buffer must not need a second copy of it there."""
         snapshot = self._storage.clone() if self.device.type == "cpu" else self._storage.to("cpu")
-        return {"storage": snapshot, "ptr": self._ptr, "size": self._size}
+        return {"storage": snapshot.to_dict(), "ptr": self._ptr, "size": self._size}
 
     def load_state_dict(self, state: dict) -> None:
         storage = state["storage"]
-        if tuple(storage.batch_size) != (self.num_envs, self.capacity):
-            raise ValueError(
-                f"replay state has shape {tuple(storage.batch_size)}, "
-                f"this buffer is {(self.num_envs, self.capacity)}"
-            )
         if set(storage.keys()) != set(self._storage.keys()):
             raise ValueError(
                 f"replay state holds {sorted(storage.keys())}, this buffer stores "
                 f"{sorted(self._storage.keys())} (symmetric vs asymmetric critic?)"
             )
-        self._storage.update_(storage.to(self.device))
+        for key, value in storage.items():
+            expected = tuple(self._storage[key].shape)
+            if tuple(value.shape) != expected:
+                raise ValueError(f"replay state '{key}' has shape {tuple(value.shape)}, this buffer's is {expected}")
+        for key, value in storage.items():
+            self._storage[key].copy_(value)
         self._ptr = int(state["ptr"])
         self._size = int(state["size"])

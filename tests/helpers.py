@@ -57,3 +57,33 @@ def fill_buffer(buffer: ReplayBuffer, steps: int, seed: int = 0) -> None:
             step["critic_observations"] = torch.randn(e, buffer.num_critic_obs, generator=g)
             step["next_critic_observations"] = torch.randn(e, buffer.num_critic_obs, generator=g)
         buffer.extend(TensorDict(step, batch_size=[e]))
+
+
+def tiny_train_config(total_steps=30, seed=0, num_envs=4, **algo_overrides):
+    """A short InvertedPendulum run with the tiny learner (eager fp32, no console)."""
+    from fast_td3.config import EnvConfig, LoggerConfig, TrainConfig
+
+    algo = dict(batch_size=64, buffer_size=200, learning_starts=4, v_min=-10.0, v_max=110.0)
+    algo.update(algo_overrides)
+    return TrainConfig(
+        env=EnvConfig(suite="gymnasium", task="InvertedPendulum-v5", num_envs=num_envs),
+        algo=tiny_config(**algo),
+        logger=LoggerConfig(log_interval=10, console=False),
+        total_steps=total_steps,
+        eval_interval=0,
+        eval_episodes=2,
+        save_interval=0,
+        seed=seed,
+        device="cpu",
+    )
+
+
+def make_runner(cfg, run_dir, eval_env=True):
+    """A Runner over real gymnasium envs built the way `fast-td3-train` builds them."""
+    from envs.gymnasium import GymnasiumVecEnv
+    from fast_td3.evaluation import eval_seed
+    from fast_td3.runner import Runner
+
+    env = GymnasiumVecEnv(cfg.env.task, cfg.env.num_envs, seed=cfg.seed)
+    evaluation = GymnasiumVecEnv(cfg.env.task, cfg.eval_episodes, seed=eval_seed(cfg.seed)) if eval_env else None
+    return Runner(cfg, env, evaluation, run_dir)

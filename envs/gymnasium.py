@@ -1,0 +1,147 @@
+"""Gymnasium MuJoCo tasks (`HalfCheetah-v5`, `Humanoid-v5`, ...) behind the env contract.
+
+The CPU default suite. Envs run through gymnasium's vector API with same-step
+auto-reset, in this process (`vectorization="sync"`) or one worker process per env
+(`"async"`, shared-memory observations). Each env gets its own seed derived from the
+run seed. Observations become float32 torch tensors on `device`; actions in [-1, 1]
+are clamped and rescaled to the env's action bounds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.protocol import ACTOR, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
+
+VECTORIZATIONS = ("sync", "async")
+
+
+def tasks() -> list[str]:
+    """The MuJoCo `-v5` tasks registered with gymnasium."""
+    return sorted(
+        name
+        for name, spec in gym.registry.items()
+        if name.endswith("-v5") and "mujoco" in str(spec.entry_point)
+    )
+
+
+class GymnasiumVecEnv:
+    """`num_envs` copies of one gymnasium task, stepped together.
+
+    Args:
+        task: gymnasium id, e.g. "HalfCheetah-v5".
+        num_envs: number of parallel envs.
+        seed: run seed; env `i` is seeded with `derive_env_seeds(seed, num_envs)[i]`.
+        device: where returned tensors live.
+        vectorization: "sync" (in-process) or "async" (a worker process per env).
+        max_episode_steps: time limit (None: the task's registered limit).
+        env_kwargs: keyword arguments for `gym.make` (e.g. reward weights).
+        render_mode: "rgb_array" to allow `render()` (videos); None otherwise.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        vectorization: str = "sync",
+        max_episode_steps: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if vectorization not in VECTORIZATIONS:
+            raise ValueError(f"vectorization must be one of {VECTORIZATIONS}, got {vectorization!r}")
+        spec = gym.spec(task)
+        self.task = task
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
+        self.seed = int(seed)
+        make_kwargs = dict(env_kwargs or {})
+        if render_mode is not None:
+            make_kwargs["render_mode"] = render_mode
+        limit = self.max_episode_steps
+
+        def make_one() -> gym.Env:
+            return gym.make(task, max_episode_steps=limit, **make_kwargs)
+
+        fns = [make_one] * self.num_envs
+        autoreset = gym.vector.AutoresetMode.SAME_STEP
+        if vectorization == "async":
+            context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+            self._vec = gym.vector.AsyncVectorEnv(fns, shared_memory=True, context=context, autoreset_mode=autoreset)
+        else:
+            self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset)
+
+        obs_space = self._vec.single_observation_space
+        act_space = self._vec.single_action_space
+        if len(obs_space.shape) != 1 or len(act_space.shape) != 1:
+            raise ValueError(f"{task}: only flat Box observation and action spaces are supported")
+        self.num_obs = int(obs_space.shape[0])
+        self.num_critic_obs = None
+        self.num_actions = int(act_space.shape[0])
+        self._action_low = act_space.low.astype(np.float64)
+        self._action_scale = (act_space.high.astype(np.float64) - self._action_low) / 2.0
+        self._seeds = derive_env_seeds(self.seed, self.num_envs)
+        self._seeded = False
+
+    # --------------------------------------------------------------- contract
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if seed is not None:
+            seeds: list[int] | None = derive_env_seeds(int(seed), self.num_envs)
+        elif not self._seeded:
+            seeds = self._seeds
+        else:
+            seeds = None  # continue each env's own random stream
+        self._seeded = True
+        obs, _ = self._vec.reset(seed=seeds)
+        obs_t = self._tensor(obs)
+        return obs_t, {OBSERVATIONS: {ACTOR: obs_t}}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if not self._seeded:
+            raise RuntimeError("call reset() before step()")
+        scaled = self._action_low + (actions.detach().clamp(-1.0, 1.0).double().cpu().numpy() + 1.0) * self._action_scale
+        obs, rewards, terminated, truncated, info = self._vec.step(scaled)
+        final_obs = obs
+        finished = info.get("_final_obs")
+        if finished is not None and finished.any():
+            final_obs = obs.copy()
+            for i in np.flatnonzero(finished):
+                final_obs[i] = info["final_obs"][i]
+        obs_t = self._tensor(obs)
+        time_outs = truncated & ~terminated
+        extras = {
+            OBSERVATIONS: {ACTOR: obs_t},
+            FINAL_OBSERVATIONS: {ACTOR: self._tensor(final_obs)},
+            TIME_OUTS: torch.from_numpy(time_outs).to(self.device),
+        }
+        rewards_t = torch.from_numpy(np.asarray(rewards, dtype=np.float32)).to(self.device)
+        dones_t = torch.from_numpy(terminated | truncated).to(self.device)
+        return obs_t, rewards_t, dones_t, extras
+
+    def close(self) -> None:
+        self._vec.close()
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """An RGB frame of one env (the env must have been made with render_mode='rgb_array')."""
+        if isinstance(self._vec, gym.vector.SyncVectorEnv):
+            return np.asarray(self._vec.envs[env_index].render())
+        return np.asarray(self._vec.call("render")[env_index])
+
+    # --------------------------------------------------------------- helpers
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(self.device)
+
+    def __repr__(self) -> str:
+        return f"GymnasiumVecEnv({self.task!r}, num_envs={self.num_envs})"
+
+
+def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> GymnasiumVecEnv:
+    return GymnasiumVecEnv(task, num_envs, seed=seed, device=device, **options)

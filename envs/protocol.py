@@ -1,0 +1,83 @@
+"""The one contract every simulator adapter implements (RSL-RL style, torch in, torch out).
+
+An adapter runs `num_envs` copies of one task in lockstep and auto-resets each copy
+the moment its episode ends, within the same `step` call:
+
+- `reset(seed=None) -> (obs, extras)`: start every env. `seed=None` continues the
+  adapter's random streams; an integer reseeds every env deterministically (the
+  same integer always gives the same initial states; evaluation relies on it).
+- `step(actions) -> (obs, rewards, dones, extras)`:
+    * `actions`: float tensor `[num_envs, num_actions]` in [-1, 1]. Values outside are
+      clamped to [-1, 1] before being scaled to the simulator's own bounds.
+    * `obs`: float32 `[num_envs, num_obs]`; for an env that just finished this is
+      already the first observation of its next episode.
+    * `rewards`: float32 `[num_envs]`.
+    * `dones`: bool `[num_envs]`, `terminated | truncated`.
+    * `extras[TIME_OUTS]`: bool `[num_envs]`, the truncated part of `dones` (time
+      limit reached without a termination). A terminated env is never a time-out.
+    * `extras[OBSERVATIONS][CRITIC]`: float32 `[num_envs, num_critic_obs]`, only when
+      the adapter is asymmetric (`num_critic_obs is not None`).
+    * `extras[FINAL_OBSERVATIONS]`: `{ACTOR: [num_envs, num_obs], CRITIC: ...}`, the
+      true last observation the simulator produced for every env whose episode just
+      ended (before its reset); rows of envs that did not finish equal `obs`.
+      Present on every step, so consumers never branch on its existence.
+    * `extras[EPISODE]` (optional): dict of per-episode scalar metrics of the
+      episodes that just ended, for logging only.
+- `close()`: release workers and simulators.
+
+Everything returned is a torch tensor on `device`. Bootstrapping rule for learners:
+a terminated transition never bootstraps; a time-out bootstraps from its entry in
+`extras[FINAL_OBSERVATIONS]`, never from the reset observation in `obs`.
+
+`tests/env_conformance.py` checks an adapter against this contract; every suite's
+tests run it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+# extras keys
+TIME_OUTS = "time_outs"
+OBSERVATIONS = "observations"
+FINAL_OBSERVATIONS = "final_observations"
+EPISODE = "episode"
+# observation group names inside extras[OBSERVATIONS] and extras[FINAL_OBSERVATIONS]
+ACTOR = "actor"
+CRITIC = "critic"
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """A batch of envs of one task, stepped together (see the module docstring)."""
+
+    num_envs: int
+    num_obs: int
+    num_critic_obs: int | None
+    num_actions: int
+    max_episode_steps: int
+    device: torch.device
+
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]: ...
+
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def critic_observations(obs: torch.Tensor, extras: dict[str, Any]) -> torch.Tensor | None:
+    """The critic's observation of a reset/step result, or None for a symmetric env."""
+    groups = extras.get(OBSERVATIONS) or {}
+    return groups.get(CRITIC)
+
+
+def derive_env_seeds(seed: int, num_envs: int) -> list[int]:
+    """Independent 32-bit seeds for `num_envs` envs from one run seed (NumPy SeedSequence),
+    so env `i` of a run with seed `s` always starts from the same state."""
+    import numpy as np
+
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(num_envs)]

@@ -1,0 +1,113 @@
+"""Suites by name, imported lazily, with actionable errors for unknown tasks and missing installs.
+
+`make_env(suite, task, ...)` is the only way the trainer builds envs. A suite's
+simulator is imported only when that suite is chosen; when it is not installed the
+error carries the exact command that installs it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from envs.protocol import VecEnv
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    module: str
+    """Adapter module; exposes `tasks() -> list[str]` and `make(task, num_envs, seed, device, **options)`."""
+    requires: tuple[str, ...]
+    """Top-level import names the suite needs."""
+    install: str
+    """The exact command that installs the suite's requirements."""
+
+
+SUITES: dict[str, Suite] = {
+    s.name: s
+    for s in (
+        Suite("gymnasium", "envs.gymnasium", ("gymnasium", "mujoco"), 'pip install "gymnasium[mujoco]>=1.0"'),
+        Suite("playground", "envs.playground", ("mujoco_playground", "jax"), 'pip install -e ".[playground]"'),
+        Suite(
+            "humanoid_bench",
+            "envs.humanoid_bench",
+            ("humanoid_bench",),
+            "pip install mujoco==3.1.6 git+https://github.com/carlosferrazza/humanoid-bench.git"
+            "  (in its own virtual environment; see the README)",
+        ),
+        Suite("isaaclab", "envs.isaaclab", ("isaaclab",), "see https://isaac-sim.github.io/IsaacLab (Python 3.12, GPU)"),
+        Suite("mjlab", "envs.isaaclab", ("mjlab",), 'pip install -e ".[isaaclab]"'),
+    )
+}
+
+
+class MissingSuiteError(ImportError):
+    """The chosen suite's simulator is not installed."""
+
+
+class UnknownTaskError(ValueError):
+    """A task id that the chosen suite does not provide."""
+
+
+def unknown_name_message(kind: str, name: str, valid: list[str], where: str) -> str:
+    """'unknown task 'X' for suite Y; did you mean 'Z'? valid: ...' with the nearest match."""
+    lowered = {v.lower(): v for v in valid}
+    nearest = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
+    hint = f" Did you mean '{lowered[nearest[0]]}'?" if nearest else ""
+    return f"Unknown {kind} '{name}' for {where}.{hint} Valid {kind}s: {', '.join(sorted(valid))}"
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise ValueError(unknown_name_message("suite", name, list(SUITES), "fast-td3"))
+    return SUITES[name]
+
+
+def require_suite(suite: Suite) -> None:
+    """Raise MissingSuiteError with the install command when a requirement cannot be imported."""
+    for package in suite.requires:
+        try:
+            found = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken package
+            found = False
+        if not found:
+            raise MissingSuiteError(
+                f"Suite '{suite.name}' needs the Python package '{package}', which is not installed.\n"
+                f"Install it with:\n    {suite.install}"
+            )
+
+
+def load_adapter(suite_name: str):
+    """The adapter module of a suite, after checking that its simulator is installed."""
+    suite = get_suite(suite_name)
+    require_suite(suite)
+    try:
+        return importlib.import_module(suite.module)
+    except ModuleNotFoundError as error:
+        if error.name == suite.module:
+            raise NotImplementedError(f"Suite '{suite.name}' has no adapter in this version of fast-td3") from None
+        raise
+
+
+def check_task(suite_name: str, task: str) -> None:
+    """Raise UnknownTaskError (valid ids and the nearest one) before any worker starts."""
+    valid = list(load_adapter(suite_name).tasks())
+    if task not in valid:
+        raise UnknownTaskError(unknown_name_message("task", task, valid, f"suite '{suite_name}'"))
+
+
+def make_env(
+    suite: str,
+    task: str,
+    num_envs: int,
+    seed: int,
+    device: Any = "cpu",
+    **options: Any,
+) -> VecEnv:
+    """Build `num_envs` envs of `task` from `suite` behind the env contract."""
+    check_task(suite, task)
+    return load_adapter(suite).make(task, num_envs=num_envs, seed=seed, device=device, **options)

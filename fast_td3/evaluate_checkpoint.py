@@ -1,0 +1,114 @@
+"""`fast-td3-eval`: returns of a checkpoint over N deterministic episodes, optionally a video.
+
+    fast-td3-eval runs/HalfCheetah-v5/<run>                 # latest checkpoint of a run
+    fast-td3-eval runs/.../checkpoints/step_000050000.pt --episodes 20 --video cheetah.mp4
+
+The envs are rebuilt from the checkpoint's own config. The last line printed is one
+JSON object: task, checkpoint, step, episodes, return_mean, return_std, length_mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from envs.registry import MissingSuiteError, UnknownTaskError, make_env
+from fast_td3 import checkpoint as ckpt
+from fast_td3.agent import FastTD3
+from fast_td3.config import TrainConfig
+from fast_td3.device import resolve_device
+from fast_td3.evaluation import eval_seed, run_episodes, summarize
+
+
+def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> FastTD3:
+    """A FastTD3 holding the checkpoint's networks and normalisers (eager: nothing to compile)."""
+    env = checkpoint["env"]
+    agent = FastTD3(
+        replace(cfg.algo, compile=False), env["num_obs"], env["num_actions"], env["num_critic_obs"],
+        env["num_envs"], device,
+    )
+    agent.load_state_dict(checkpoint["agent"]["modules"])
+    return agent.eval()
+
+
+def write_video(frames: list, path: Path, fps: int) -> None:
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise MissingSuiteError('writing videos needs imageio: pip install -e ".[video]"') from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimsave(path, frames, fps=fps)
+
+
+def evaluate_checkpoint(
+    path: str | Path,
+    episodes: int = 10,
+    seed: int | None = None,
+    device: str = "auto",
+    video: str | Path | None = None,
+    video_fps: int = 30,
+) -> dict:
+    checkpoint_path = ckpt.find_checkpoint(path)
+    checkpoint = ckpt.load(checkpoint_path)
+    cfg: TrainConfig = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"])
+    )
+    torch_device = resolve_device(device)
+    agent = load_policy(checkpoint, cfg, torch_device)
+    options = {**cfg.env.options, **cfg.env.eval_options}
+    if cfg.env.max_episode_steps is not None:
+        options["max_episode_steps"] = cfg.env.max_episode_steps
+    if video is not None:
+        options["render_mode"] = "rgb_array"
+    env = make_env(cfg.env.suite, cfg.env.task, episodes, cfg.seed, torch_device, **options)
+    frames: list = []
+    try:
+        on_step = (lambda t: frames.append(env.render(0))) if video is not None else None
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            return agent.act(obs.to(torch_device)).to(env.device)
+
+        results = run_episodes(env, policy, eval_seed(cfg.seed) if seed is None else seed, on_step)
+    finally:
+        env.close()
+    summary = summarize(results)
+    if video is not None:
+        length = int(results["lengths"][0])
+        write_video(frames[:length], Path(video), video_fps)
+    return {
+        "task": cfg.env.task,
+        "checkpoint": str(checkpoint_path),
+        "step": int(checkpoint["global_step"]),
+        "episodes": episodes,
+        "return_mean": summary["eval/return_mean"],
+        "return_std": summary["eval/return_std"],
+        "length_mean": summary["eval/length_mean"],
+        **({"video": str(video)} if video is not None else {}),
+    }
+
+
+def cli(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="fast-td3-eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes, one per env (default 10)")
+    parser.add_argument("--seed", type=int, default=None, help="eval seed (default: the run's eval seed)")
+    parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
+    parser.add_argument("--video", default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
+    parser.add_argument("--video-fps", type=int, default=30)
+    args = parser.parse_args(argv)
+    try:
+        result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps)
+    except (FileNotFoundError, MissingSuiteError, UnknownTaskError, ValueError) as error:
+        print(f"fast-td3-eval: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    cli()

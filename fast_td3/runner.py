@@ -1,0 +1,368 @@
+"""The training loop: collect -> store -> update -> log / evaluate / save.
+
+One runner serves every suite: it sees envs only through the contract in
+`envs/protocol.py` and the learner only through `FastTD3`, `ReplayBuffer` and
+`PerEnvGaussianNoise`. Everything that needs the host (logging, evaluation,
+checkpoints, the NaN guard) happens between steps, never inside the update.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
+from fast_td3 import checkpoint as ckpt
+from fast_td3 import replay as keys
+from fast_td3.agent import FastTD3
+from fast_td3.config import TrainConfig
+from fast_td3.device import resolve_device
+from fast_td3.evaluation import eval_seed, run_episodes, summarize
+from fast_td3.exploration import PerEnvGaussianNoise
+from fast_td3.logging import MetricsLogger
+from fast_td3.replay import ReplayBuffer
+
+CHECKPOINT_FORMAT = 1
+
+
+class NonFiniteObservationError(RuntimeError):
+    """An env produced NaN or inf; the run stopped and saved a checkpoint first."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, JSON-able dict of a dataclass or OmegaConf config."""
+    if is_dataclass(cfg):
+        return asdict(cfg)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@dataclass
+class EpisodeStats:
+    """Running return/length per env and sums over the episodes finished since the last read,
+    all on the device (read once per log interval)."""
+
+    returns: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+    return_sum: torch.Tensor
+    length_sum: torch.Tensor
+
+    @classmethod
+    def zeros(cls, num_envs: int, device: torch.device) -> "EpisodeStats":
+        z = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
+        return cls(z(num_envs), z(num_envs), z(()), z(()), z(()))
+
+    def update(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+        self.returns += rewards
+        self.lengths += 1
+        done = dones.float()
+        self.finished += done.sum()
+        self.return_sum += (self.returns * done).sum()
+        self.length_sum += (self.lengths * done).sum()
+        self.returns *= 1 - done
+        self.lengths *= 1 - done
+
+    def read(self) -> dict[str, float]:
+        """Means over the episodes finished since the last read (empty when none finished)."""
+        count = self.finished.item()
+        out = {}
+        if count > 0:
+            out = {
+                "train/episode_return": (self.return_sum / count).item(),
+                "train/episode_length": (self.length_sum / count).item(),
+                "train/episodes": count,
+            }
+        for t in (self.finished, self.return_sum, self.length_sum):
+            t.zero_()
+        return out
+
+
+class Runner:
+    """Trains `FastTD3` on `env`, evaluates on `eval_env`, checkpoints into `run_dir`.
+
+    Args:
+        cfg: the run's configuration.
+        env: training envs (contract of `envs/protocol.py`).
+        eval_env: separate envs for evaluation (None: no evaluation).
+        run_dir: the run folder (checkpoints/, metrics.jsonl, ...).
+        logger: metrics sinks (None: a MetricsLogger built from `cfg.logger`).
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        env: VecEnv,
+        eval_env: VecEnv | None,
+        run_dir: str | Path,
+        logger: MetricsLogger | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.eval_env = eval_env
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(cfg.device)
+        algo = cfg.algo
+        seed_everything(cfg.seed)
+        self.agent = FastTD3(
+            algo, env.num_obs, env.num_actions, env.num_critic_obs, env.num_envs, self.device,
+            total_critic_updates=cfg.total_steps * algo.num_updates,
+        )
+        self.buffer = ReplayBuffer(
+            env.num_envs, algo.buffer_size, env.num_obs, env.num_actions,
+            num_critic_obs=env.num_critic_obs,
+            critic_obs_extends_actor_obs=getattr(env, "critic_obs_extends_actor_obs", False),
+            n_step=algo.n_step, gamma=algo.gamma,
+            obs_dtype=torch.bfloat16 if algo.store_obs_bf16 else torch.float32,
+            device=self.device,
+        )
+        self.noise = PerEnvGaussianNoise(env.num_envs, algo.std_min, algo.std_max, self.device)
+        self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.episodes = EpisodeStats.zeros(env.num_envs, self.device)
+        self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
+        self.global_step = 0
+        self.last_eval: dict[str, float] = {}
+        self._logger = logger
+        self._critic_metrics: TensorDict | None = None
+        self._actor_metrics: TensorDict | None = None
+        self._updates_since_log = 0
+        self._first_update_in_interval = False
+        self._warm = False
+
+    # ================================================================ the loop
+    def train(self) -> dict[str, float]:
+        """Run until `cfg.total_steps` global steps; returns the final evaluation."""
+        cfg = self.cfg
+        logger = self._logger or self._make_logger()
+        self._logger = logger
+        obs, critic_obs = self._reset_envs()
+        interval = _IntervalClock(self.global_step)
+        try:
+            while self.global_step < cfg.total_steps:
+                obs, critic_obs = self.collect(obs, critic_obs)
+                self.global_step += 1
+                if self.learning_started():
+                    self.learn()
+                logger.advance(self.global_step)
+                if self._due(cfg.logger.log_interval):
+                    self.log(interval)
+                if cfg.eval_interval and self._due(cfg.eval_interval) and self.global_step < cfg.total_steps:
+                    with interval.paused():
+                        self.evaluate()
+                if cfg.save_interval and self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
+                    with interval.paused():
+                        self.save()
+            final = self.evaluate()
+            self.save()
+            return final
+        except KeyboardInterrupt:
+            path = self.save()
+            logger.message(f"Interrupted at step {self.global_step}; checkpoint saved to {path}")
+            raise
+        finally:
+            logger.close()
+
+    def learning_started(self) -> bool:
+        return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
+
+    def _due(self, interval: int) -> bool:
+        return interval > 0 and self.global_step % interval == 0
+
+    # ================================================================ collect
+    def _reset_envs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # A resumed run cannot restore simulator state: it restarts episodes from
+        # seeds derived from (seed, step), so the continuation is reproducible.
+        seed = None if self.global_step == 0 else self.cfg.seed + self.global_step
+        obs, extras = self.env.reset(seed=seed)
+        return self._to_device(obs), self._to_device(critic_observations(obs, extras))
+
+    def _to_device(self, x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.to(self.device, non_blocking=True)
+
+    def collect(self, obs: torch.Tensor, critic_obs: torch.Tensor | None):
+        """One vectorised env step with exploration noise, stored in the replay buffer."""
+        actions = self.noise(self.agent.act(obs))
+        next_obs, rewards, dones, extras = self.env.step(actions.to(self.env.device))
+        next_obs, rewards, dones = self._to_device(next_obs), self._to_device(rewards), self._to_device(dones)
+        time_outs = self._to_device(extras[TIME_OUTS])
+        final = extras[FINAL_OBSERVATIONS]
+        next_critic_obs = self._to_device(critic_observations(next_obs, extras))
+        if self.cfg.check_finite:
+            self._check_finite(next_obs, rewards, final)
+
+        transition = {
+            keys.OBS: obs,
+            keys.ACTIONS: actions,
+            keys.REWARDS: rewards,
+            keys.TERMINATED: dones & ~time_outs,
+            keys.TRUNCATED: time_outs,
+            keys.NEXT_OBS: self._to_device(final[ACTOR]),
+        }
+        if critic_obs is not None:
+            transition[keys.CRITIC_OBS] = critic_obs
+            transition[keys.NEXT_CRITIC_OBS] = self._to_device(final[CRITIC])
+        self.agent.update_normalizers(obs, critic_obs, rewards, dones)
+        self.buffer.extend(TensorDict(transition, batch_size=[self.env.num_envs]))
+        self.noise.resample(dones)
+        self.episodes.update(rewards, dones)
+        return next_obs, next_critic_obs
+
+    def _check_finite(self, obs: torch.Tensor, rewards: torch.Tensor, final: dict[str, torch.Tensor]) -> None:
+        """Stop before a NaN/inf reaches the normalisers or the replay buffer."""
+        bad = ~torch.isfinite(obs).all(-1) | ~torch.isfinite(rewards)
+        for group in final.values():
+            bad |= ~torch.isfinite(group.to(bad.device)).all(-1)
+        if not bool(bad.any()):  # the one host sync of a step
+            return
+        envs = torch.nonzero(bad).flatten().tolist()
+        path = self.save()
+        raise NonFiniteObservationError(
+            f"NaN or inf in the observations or rewards of env {envs[0]} "
+            f"(envs {envs[:10]}{'...' if len(envs) > 10 else ''}) at global step {self.global_step + 1} "
+            f"of task {self.cfg.env.task}. The run stopped before storing them; "
+            f"checkpoint of the last good step: {path}"
+        )
+
+    # ================================================================ learn
+    def learn(self) -> None:
+        """`num_updates` critic updates (the actor on its own schedule) on fresh samples."""
+        algo = self.cfg.algo
+        if not self._warm:  # this process's first update compiles
+            self._warm = self._first_update_in_interval = True
+        for _ in range(algo.num_updates):
+            batch = self.buffer.sample(algo.batch_size, generator=self.sample_generator)
+            metrics = self.agent.update(batch)
+            if "actor_loss" in metrics.keys():
+                self._actor_metrics = metrics
+            self._critic_metrics = metrics
+        self._updates_since_log += algo.num_updates
+
+    # ================================================================ log
+    def log(self, interval: "_IntervalClock") -> None:
+        metrics = self.episodes.read()
+        if self._critic_metrics is not None:
+            m = self._critic_metrics
+            metrics.update({
+                "loss/critic": m["critic_loss"].item(),
+                "q/mean": m["q_mean"].item(),
+                "q/min": m["q_min"].item(),
+                "q/max": m["q_max"].item(),
+                "grad_norm/critic": m["critic_grad_norm"].item(),
+            })
+        if self._actor_metrics is not None:
+            metrics["loss/actor"] = self._actor_metrics["actor_loss"].item()
+            metrics["grad_norm/actor"] = self._actor_metrics["actor_grad_norm"].item()
+        metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
+        seconds, steps = interval.lap(self.global_step)
+        # The interval holding the first update includes compilation: not a throughput.
+        if seconds > 0 and steps > 0 and not self._first_update_in_interval:
+            metrics["perf/global_steps_per_s"] = steps / seconds
+            metrics["perf/env_steps_per_s"] = steps * self.env.num_envs / seconds
+            metrics["perf/updates_per_s"] = self._updates_since_log / seconds
+        self._updates_since_log = 0
+        self._first_update_in_interval = False
+        self._logger.log(self.global_step, metrics)
+
+    # ================================================================ evaluate
+    def evaluate(self) -> dict[str, float]:
+        if self.eval_env is None:
+            return {}
+        env = self.eval_env
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            return self.agent.act(obs.to(self.device)).to(env.device)
+
+        results = summarize(run_episodes(env, policy, eval_seed(self.cfg.seed)))
+        self.last_eval = results
+        if self._logger is not None:
+            self._logger.log(self.global_step, results)
+        return results
+
+    # ================================================================ checkpoints
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs (the replay buffer only with save_buffer)."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "global_step": self.global_step,
+            "agent": self.agent.training_state(),
+            "noise": self.noise.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "sample": self.sample_generator.get_state(),
+                "python": list(random.getstate()[1]),
+            },
+            "env": {"num_envs": self.env.num_envs, "num_obs": self.env.num_obs,
+                    "num_critic_obs": self.env.num_critic_obs, "num_actions": self.env.num_actions},
+            "config": config_dict(self.cfg),
+        }
+        if self.cfg.save_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def save(self) -> Path:
+        return self.checkpoints.save(self.state(), self.global_step)
+
+    def load(self, path: str | Path) -> None:
+        """Continue from a checkpoint: step counter, schedules, normalisers, noise, RNG streams."""
+        state = ckpt.load(ckpt.find_checkpoint(path))
+        shape = {"num_envs": self.env.num_envs, "num_obs": self.env.num_obs,
+                 "num_critic_obs": self.env.num_critic_obs, "num_actions": self.env.num_actions}
+        if state["env"] != shape:
+            raise ValueError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")
+        self.agent.load_training_state(state["agent"])
+        self.noise.load_state_dict(state["noise"])
+        self.global_step = int(state["global_step"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.sample_generator.set_state(rng["sample"].to(self.sample_generator.device)
+                                        if self.device.type != "cpu" else rng["sample"])
+        random.setstate((3, tuple(rng["python"]), None))
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def _make_logger(self) -> MetricsLogger:
+        return MetricsLogger(
+            self.cfg.logger, self.run_dir, config_dict(self.cfg), self.cfg.env.task,
+            self.cfg.total_steps, self.global_step, self.env.num_envs,
+        )
+
+
+class _IntervalClock:
+    """Wall time and global steps between logs, with evaluation and saving paused out."""
+
+    def __init__(self, step: int) -> None:
+        self._t0 = time.perf_counter()
+        self._step0 = step
+        self._paused = 0.0
+
+    def lap(self, step: int) -> tuple[float, int]:
+        now = time.perf_counter()
+        seconds, steps = now - self._t0 - self._paused, step - self._step0
+        self._t0, self._step0, self._paused = now, step, 0.0
+        return seconds, steps
+
+    @contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - start

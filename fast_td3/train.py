@@ -1,0 +1,188 @@
+"""`fast-td3-train`: compose the config with Hydra, build the envs, run the runner.
+
+    fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
+    fast-td3-train -m seed=1,2,3                       # a sweep, one run after another
+    fast-td3-train resume=runs/HalfCheetah-v5/<run>    # continue a run (plain key overrides allowed)
+    fast-td3-train --cfg job                           # print the composed config
+
+This module is the composition root: the only place that knows the config, the env
+registry and the runner together.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env, unknown_name_message
+from fast_td3.checkpoint import find_checkpoint, run_dir_of
+from fast_td3.config import TrainConfig, register_configs
+from fast_td3.device import resolve_device
+from fast_td3.evaluation import eval_seed
+from fast_td3.runner import NonFiniteObservationError, Runner
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RESOLVED_CONFIG = "config.yaml"
+USER_ERRORS = (MissingSuiteError, UnknownTaskError, NonFiniteObservationError, NotImplementedError, ValueError, FileNotFoundError)
+
+
+def _run_dir(resume, default: str) -> str:
+    """Hydra's run folder: the resumed run's own folder, else a new one."""
+    if resume in (None, "", "null", "None"):
+        return default
+    return str(run_dir_of(str(resume)))
+
+
+def _hydra_subdir(resume, timestamp: str) -> str:
+    """Where Hydra records this invocation's config and overrides inside the run folder;
+    a resumed run keeps the original record and adds one per resume."""
+    if resume in (None, "", "null", "None"):
+        return ".hydra"
+    return f".hydra/resumed_{timestamp}"
+
+
+register_configs()
+for _name, _resolver in (("run_dir", _run_dir), ("hydra_subdir", _hydra_subdir)):
+    if not OmegaConf.has_resolver(_name):
+        OmegaConf.register_new_resolver(_name, _resolver)
+
+
+def _resumed_config(cfg: DictConfig) -> DictConfig:
+    """The resumed run's saved config with this command's plain `key=value` overrides on top."""
+    run_dir = run_dir_of(cfg.resume)
+    saved_path = run_dir / RESOLVED_CONFIG
+    if not saved_path.is_file():
+        raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
+    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+    groups = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("task", "suite", "preset", "algo", "logger")]
+    if groups:
+        raise ValueError(
+            f"cannot change config groups of a resumed run ({', '.join(groups)}); "
+            "override individual keys instead, e.g. total_steps=200000"
+        )
+    saved.merge_with_dotlist(overrides)
+    saved.resume = cfg.resume
+    return saved
+
+
+def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
+    """Make train and eval envs, restore a checkpoint when resuming, train."""
+    env_cfg = cfg.env
+    check_task(env_cfg.suite, env_cfg.task)
+    device = resolve_device(cfg.device)
+    options = dict(env_cfg.options)
+    if env_cfg.max_episode_steps is not None:
+        options["max_episode_steps"] = env_cfg.max_episode_steps
+    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **options)
+    eval_env = None
+    try:
+        eval_env = make_env(
+            env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(cfg.seed), device,
+            **{**options, **env_cfg.eval_options},
+        )
+        runner = Runner(cfg, env, eval_env, run_dir)
+        if cfg.resume:
+            checkpoint = find_checkpoint(cfg.resume)
+            runner.load(checkpoint)
+            print(f"Resuming {run_dir} from {checkpoint.name} (global step {runner.global_step})", flush=True)
+        return runner.train()
+    finally:
+        env.close()
+        if eval_env is not None:
+            eval_env.close()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        if cfg.resume:
+            cfg = _resumed_config(cfg)
+        train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        if not cfg.resume:
+            (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        final = build_and_train(train_cfg, run_dir)
+    except USER_ERRORS as error:
+        print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2 if not isinstance(error, NonFiniteObservationError) else 3)
+    print(f"Run folder: {run_dir}", flush=True)
+    return final.get("eval/return_mean")
+
+
+def task_suites() -> dict[str, str]:
+    """Task presets in conf/task and the suite each one pulls in."""
+    suites = {}
+    for path in sorted((CONF_DIR / "task").glob("*.yaml")):
+        defaults = OmegaConf.load(path).get("defaults") or []
+        suite = next((str(d["/suite"]) for d in defaults if isinstance(d, DictConfig) and "/suite" in d), "?")
+        suites[path.stem] = suite
+    return suites
+
+
+def _key_exists(schema: DictConfig, key: str) -> bool:
+    """Whether `key` (dotted) is in the schema; anything below a free-form dict field is allowed."""
+    node = schema
+    for part in key.split("."):
+        if not isinstance(node, DictConfig):
+            return False
+        if OmegaConf.get_type(node) is dict:  # e.g. env.options
+            return True
+        if part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _schema_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    out = []
+    for name in node.keys():
+        child = node[name]
+        full = f"{prefix}{name}"
+        out.append(full)
+        if isinstance(child, DictConfig) and OmegaConf.get_type(child) is not dict:
+            out.extend(_schema_keys(child, full + "."))
+    return out
+
+
+def check_command_line(args: list[str]) -> str | None:
+    """An actionable message for an unknown task or a mistyped key, before Hydra composes."""
+    schema = OmegaConf.structured(TrainConfig)
+    suites = task_suites()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        if key.startswith(("+", "~", "hydra.")) or key in ("suite", "preset", "algo", "logger"):
+            continue
+        if key == "task":
+            for task in value.split(","):  # a multirun list
+                if task not in suites:
+                    by_suite: dict[str, list[str]] = {}
+                    for name, suite in suites.items():
+                        by_suite.setdefault(suite, []).append(name)
+                    hint = unknown_name_message("task", task, list(suites), "fast-td3-train").split(" Valid")[0]
+                    listing = "\n".join(f"  {suite}: {', '.join(names)}" for suite, names in sorted(by_suite.items()))
+                    return f"{hint}\nValid tasks by suite (conf/task/):\n{listing}"
+            continue
+        if not _key_exists(schema, key):
+            return unknown_name_message("config key", key, _schema_keys(schema), "fast-td3-train") \
+                .split(" Valid")[0] + " See `fast-td3-train --cfg job` for every key."
+    return None
+
+
+def cli() -> None:
+    """Console-script entry point: friendly checks first, then Hydra."""
+    problem = check_command_line(sys.argv[1:])
+    if problem:
+        print(f"fast-td3-train: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,162 @@
+"""Reusable conformance tests for the env contract (`envs/protocol.py`).
+
+A suite's test module subclasses `EnvContractTests` and provides:
+
+- `make_env(seed, num_envs, **options)`: builds the adapter; must accept
+  `max_episode_steps` (a short time limit makes time-outs happen in the test);
+- `reference_final_observation(seed, env_index, actions)`: runs ONE env of the task
+  on the plain simulator, without auto-reset, from the state the adapter's env
+  `env_index` starts in when seeded with `seed`; applies the given actions (in
+  [-1, 1], the adapter's convention) until that episode ends and returns the last
+  observation the simulator produced, as a 1-D tensor;
+- `terminating_actions(env, generator)`: actions that make episodes terminate soon
+  (so terminations are seen within `max_steps`).
+
+pytest collects the subclass's tests (this base class is not collected: no `Test` prefix).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, VecEnv
+
+
+class EnvContractTests:
+    num_envs = 4
+    max_steps = 400
+    """Upper bound on steps any check waits for an episode to end."""
+    short_time_limit = 7
+    """Time limit used by the time-out check; must be shorter than a terminating episode."""
+    atol = 1e-5
+
+    # ---------------------------------------------------------------- to provide
+    def make_env(self, seed: int, num_envs: int, **options) -> VecEnv:  # pragma: no cover
+        raise NotImplementedError
+
+    def reference_final_observation(self, seed: int, env_index: int, actions: list[torch.Tensor]) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def terminating_actions(self, env: VecEnv, generator: torch.Generator) -> torch.Tensor:
+        return torch.rand(env.num_envs, env.num_actions, generator=generator) * 2 - 1
+
+    # ---------------------------------------------------------------- helpers
+    def _env(self, seed=0, num_envs=None, **options) -> VecEnv:
+        env = self.make_env(seed, num_envs or self.num_envs, **options)
+        self._opened.append(env)
+        return env
+
+    def setup_method(self):
+        self._opened: list[VecEnv] = []
+
+    def teardown_method(self):
+        for env in self._opened:
+            env.close()
+
+    def _rollout(self, env: VecEnv, steps: int, seed: int = 0, scale: float = 1.0):
+        """Step with reproducible actions; return the list of step results."""
+        g = torch.Generator().manual_seed(seed)
+        results = []
+        for _ in range(steps):
+            actions = (torch.rand(env.num_envs, env.num_actions, generator=g) * 2 - 1) * scale
+            results.append(env.step(actions.to(env.device)))
+        return results
+
+    # ---------------------------------------------------------------- tests
+    def test_attributes_shapes_dtypes_device(self):
+        env = self._env()
+        assert isinstance(env, VecEnv)
+        assert env.num_envs == self.num_envs
+        assert env.num_obs > 0 and env.num_actions > 0 and env.max_episode_steps > 0
+        obs, extras = env.reset()
+        assert obs.shape == (env.num_envs, env.num_obs) and obs.dtype == torch.float32
+        assert obs.device == env.device
+        asymmetric = env.num_critic_obs is not None
+        if asymmetric:
+            critic = extras[OBSERVATIONS][CRITIC]
+            assert critic.shape == (env.num_envs, env.num_critic_obs) and critic.dtype == torch.float32
+        obs, rewards, dones, extras = env.step(torch.zeros(env.num_envs, env.num_actions, device=env.device))
+        assert obs.shape == (env.num_envs, env.num_obs) and obs.dtype == torch.float32
+        assert rewards.shape == (env.num_envs,) and rewards.dtype == torch.float32
+        assert dones.shape == (env.num_envs,) and dones.dtype == torch.bool
+        assert extras[TIME_OUTS].shape == (env.num_envs,) and extras[TIME_OUTS].dtype == torch.bool
+        final = extras[FINAL_OBSERVATIONS]
+        assert final[ACTOR].shape == obs.shape and final[ACTOR].dtype == torch.float32
+        for tensor in (obs, rewards, dones, extras[TIME_OUTS], final[ACTOR]):
+            assert tensor.device == env.device
+        if asymmetric:
+            assert extras[OBSERVATIONS][CRITIC].shape == (env.num_envs, env.num_critic_obs)
+            assert final[CRITIC].shape == (env.num_envs, env.num_critic_obs)
+        assert torch.isfinite(obs).all() and torch.isfinite(rewards).all()
+
+    def test_final_observation_is_the_simulators_not_the_reset(self):
+        seed = 11
+        env = self._env(seed=seed)
+        env.reset()
+        g = torch.Generator().manual_seed(5)
+        actions_taken: list[torch.Tensor] = []
+        for _ in range(self.max_steps):
+            actions = self.terminating_actions(env, g)
+            actions_taken.append(actions)
+            obs, _, dones, extras = env.step(actions.to(env.device))
+            if dones.any():
+                break
+        else:
+            raise AssertionError(f"no episode ended within {self.max_steps} steps")
+        final = extras[FINAL_OBSERVATIONS][ACTOR]
+        done_ids = torch.nonzero(dones).flatten().tolist()
+        not_done = ~dones
+        assert torch.equal(final[not_done], obs[not_done]), "unfinished envs: final observation == observation"
+        for i in done_ids:
+            assert not torch.allclose(final[i], obs[i]), f"env {i}: final observation equals the reset observation"
+            expected = self.reference_final_observation(seed, i, [a[i] for a in actions_taken])
+            torch.testing.assert_close(final[i].cpu(), expected.float().cpu(), atol=self.atol, rtol=1e-5)
+
+    def test_time_outs_are_truncations_not_terminations(self):
+        env = self._env(seed=3, max_episode_steps=self.short_time_limit)
+        assert env.max_episode_steps == self.short_time_limit
+        env.reset()
+        zero = torch.zeros(env.num_envs, env.num_actions, device=env.device)
+        for t in range(1, self.short_time_limit + 1):
+            _, _, dones, extras = env.step(zero)
+            if t < self.short_time_limit:
+                assert not dones.any(), f"an episode ended at step {t} before the time limit"
+        assert dones.all() and extras[TIME_OUTS].all(), "every env times out at the limit"
+
+        env = self._env(seed=4)
+        env.reset()
+        g = torch.Generator().manual_seed(0)
+        terminations = 0
+        for _ in range(self.max_steps):
+            _, _, dones, extras = env.step(self.terminating_actions(env, g).to(env.device))
+            time_outs = extras[TIME_OUTS]
+            assert not (time_outs & ~dones).any(), "a time-out must also be a done"
+            terminations += int((dones & ~time_outs).sum())
+            if terminations:
+                break
+        assert terminations > 0, "terminations must not be reported as time-outs"
+
+    def test_same_seed_same_trajectory_different_seed_differs(self):
+        a, b, c = self._env(seed=7), self._env(seed=7), self._env(seed=8)
+        obs_a, obs_b, obs_c = a.reset()[0], b.reset()[0], c.reset()[0]
+        assert torch.equal(obs_a, obs_b)
+        assert not torch.equal(obs_a, obs_c)
+        for (oa, ra, da, _), (ob, rb, db, _) in zip(self._rollout(a, 20), self._rollout(b, 20)):
+            assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
+        # reset(seed=k) reproduces the same initial states whatever happened before
+        first = a.reset(seed=123)[0]
+        self._rollout(a, 5)
+        assert torch.equal(a.reset(seed=123)[0], first)
+        assert not torch.equal(a.reset(seed=124)[0], first)
+        # envs of one adapter start from different states
+        assert not torch.equal(obs_a[0], obs_a[1])
+
+    def test_actions_outside_bounds_are_clamped(self):
+        a, b = self._env(seed=2), self._env(seed=2)
+        a.reset(), b.reset()
+        g = torch.Generator().manual_seed(1)
+        for _ in range(10):
+            actions = (torch.rand(self.num_envs, a.num_actions, generator=g) * 2 - 1) * 3.0
+            oa, ra, _, _ = a.step(actions.to(a.device))
+            ob, rb, _, _ = b.step(actions.clamp(-1, 1).to(b.device))
+            assert torch.equal(oa, ob) and torch.equal(ra, rb)

@@ -1,0 +1,131 @@
+"""`fast-td3-train` and `fast-td3-eval` as a user runs them (subprocesses, real Hydra)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fast_td3 import checkpoint as ckpt
+from fast_td3.logging import read_metrics
+
+BIN = Path(sys.executable).parent
+TRAIN = str(BIN / "fast-td3-train")
+EVAL = str(BIN / "fast-td3-eval")
+# Small and quick: the tiny learner on InvertedPendulum, no console noise.
+QUICK = [
+    "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500",
+    "algo.actor_hidden_dims=[32,32]", "algo.critic_hidden_dims=[64,64]", "algo.precision=fp32",
+    "eval_episodes=2", "logger.console=false",
+]
+
+
+def run(cmd, tmp_path, timeout=300, env=None):
+    return subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_help_and_cfg_job_show_the_composed_config(tmp_path):
+    helped = run([TRAIN, "--help"], tmp_path)
+    assert helped.returncode == 0 and "task: " in helped.stdout and "preset: " in helped.stdout
+    shown = run([TRAIN, "--cfg", "job", "task=HalfCheetah-v5", "preset=cpu", "seed=7"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "task: HalfCheetah-v5" in shown.stdout and "seed: 7" in shown.stdout
+    assert "v_max: 1500.0" in shown.stdout  # the task file's support bounds
+    assert "batch_size: 2048" in shown.stdout  # preset=cpu, applied after the task
+
+
+def test_unknown_task_lists_valid_tasks_and_suggests_the_nearest(tmp_path):
+    result = run([TRAIN, "task=HalfCheeta-v5"], tmp_path)
+    assert result.returncode == 2
+    assert "Did you mean 'HalfCheetah-v5'" in result.stderr
+    assert "gymnasium: " in result.stderr and "Walker2d-v5" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_mistyped_key_is_named_with_a_suggestion(tmp_path):
+    result = run([TRAIN, "algo.batch_sze=1024"], tmp_path)
+    assert result.returncode == 2
+    assert "'algo.batch_sze'" in result.stderr and "Did you mean 'algo.batch_size'" in result.stderr
+
+
+def test_invalid_value_names_the_field(tmp_path):
+    result = run([TRAIN, *QUICK, "algo.v_min=5", "algo.v_max=1"], tmp_path)
+    assert result.returncode == 2 and "v_min (5.0) must be < v_max (1.0)" in result.stderr
+
+
+def test_missing_suite_prints_the_install_command(tmp_path):
+    # Make the suite's package unimportable even where it is installed.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['mujoco_playground'] = None\n")
+    result = run([TRAIN, *QUICK, "env.suite=playground"], tmp_path, env={"PYTHONPATH": str(blocker)})
+    assert result.returncode == 2
+    assert "mujoco_playground" in result.stderr and 'pip install -e ".[playground]"' in result.stderr
+
+
+def test_train_then_eval_prints_one_json_line(tmp_path):
+    result = run([TRAIN, *QUICK, "total_steps=40", "eval_interval=20", "hydra.run.dir=run"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "run"
+    assert (run_dir / "config.yaml").is_file() and (run_dir / ".hydra" / "overrides.yaml").is_file()
+    records = read_metrics(run_dir)
+    assert [r["step"] for r in records if "eval/return_mean" in r] == [20, 40]
+    evaluated = run([EVAL, str(run_dir), "--episodes", "3"], tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    line = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert line["task"] == "InvertedPendulum-v5" and line["step"] == 40 and line["episodes"] == 3
+    assert line["return_mean"] > 0 and line["return_std"] >= 0
+
+
+def test_run_folder_layout_and_multirun(tmp_path):
+    result = run([TRAIN, "-m", *QUICK, "total_steps=10", "seed=1,2", "out_dir=out"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    jobs = sorted(p.name for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
+    assert jobs == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
+    single = run([TRAIN, *QUICK, "total_steps=5", "seed=9", "out_dir=out"], tmp_path)
+    assert single.returncode == 0, single.stderr
+    (folder,) = (tmp_path / "out" / "InvertedPendulum-v5").iterdir()
+    assert folder.name.endswith("_9") and (folder / "metrics.jsonl").is_file()
+
+
+def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
+    total = 400
+    cmd = [TRAIN, *QUICK, f"total_steps={total}", "save_interval=25", "eval_interval=0", "hydra.run.dir=run"]
+    process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    manager = ckpt.CheckpointManager(tmp_path / "run")
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        latest = manager.latest()
+        if latest is not None and ckpt.step_of(latest) >= 100:
+            break
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = ckpt.step_of(manager.latest())
+    assert 100 <= killed_at < total
+    state = ckpt.load(manager.latest())  # the latest checkpoint is whole
+    assert state["global_step"] == killed_at
+
+    resumed = run([TRAIN, "resume=run", "logger.console=false"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"global step {killed_at}" in resumed.stdout
+    final = ckpt.load(manager.latest())
+    assert final["global_step"] == total
+    assert final["agent"]["critic_updates"] > state["agent"]["critic_updates"]
+    steps = [r["step"] for r in read_metrics(tmp_path / "run") if "loss/critic" in r]
+    assert steps[-1] == total and max(steps) == total
+
+
+def test_resume_refuses_group_changes(tmp_path):
+    first = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    result = run([TRAIN, "resume=run", "task=Hopper-v5"], tmp_path)
+    assert result.returncode == 2 and "cannot change config groups" in result.stderr

@@ -1,0 +1,72 @@
+"""The gymnasium MuJoCo adapter against the env contract and the plain simulator."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from env_conformance import EnvContractTests
+from envs.gymnasium import GymnasiumVecEnv, tasks
+from envs.protocol import derive_env_seeds
+from envs.registry import UnknownTaskError, make_env
+
+TASK = "InvertedPendulum-v5"
+
+
+class TestGymnasiumContract(EnvContractTests):
+    def make_env(self, seed, num_envs, **options):
+        return GymnasiumVecEnv(TASK, num_envs, seed=seed, **options)
+
+    def reference_final_observation(self, seed, env_index, actions):
+        env = gym.make(TASK)
+        obs, _ = env.reset(seed=derive_env_seeds(seed, self.num_envs)[env_index])
+        low, high = env.action_space.low, env.action_space.high
+        for action in actions:
+            scaled = low + (action.double().numpy() + 1.0) * (high - low) / 2.0
+            obs, _, terminated, truncated, _ = env.step(scaled)
+            if terminated or truncated:
+                env.close()
+                return torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        raise AssertionError("the reference episode did not end with the same actions")
+
+
+class TestGymnasiumAsyncContract(TestGymnasiumContract):
+    """The same contract with one worker process per env."""
+
+    def make_env(self, seed, num_envs, **options):
+        return GymnasiumVecEnv(TASK, num_envs, seed=seed, vectorization="async", **options)
+
+
+def test_actions_are_rescaled_to_the_env_bounds():
+    """InvertedPendulum's bounds are [-3, 3]: +1 must push as hard as the plain env's +3."""
+    ours = GymnasiumVecEnv(TASK, 1, seed=0)
+    ours.reset()
+    plain = gym.make(TASK)
+    plain.reset(seed=derive_env_seeds(0, 1)[0])
+    for value in (1.0, -1.0, 0.5):
+        obs, reward, _, _ = ours.step(torch.full((1, 1), value))
+        expected, expected_reward, *_ = plain.step(np.array([3.0 * value]))
+        torch.testing.assert_close(obs[0], torch.from_numpy(expected.astype(np.float32)))
+        assert reward.item() == pytest.approx(expected_reward)
+    ours.close()
+
+
+def test_unknown_task_lists_valid_ids_and_the_nearest():
+    with pytest.raises(UnknownTaskError) as error:
+        make_env("gymnasium", "HalfCheeta-v5", num_envs=1, seed=0)
+    message = str(error.value)
+    assert "Did you mean 'HalfCheetah-v5'" in message
+    for task in tasks():
+        assert task in message
+
+
+def test_env_kwargs_reach_the_simulator():
+    """Reward weights are make keywords: a zero ctrl cost changes HalfCheetah's reward."""
+    default = GymnasiumVecEnv("HalfCheetah-v5", 1, seed=0)
+    free = GymnasiumVecEnv("HalfCheetah-v5", 1, seed=0, env_kwargs={"ctrl_cost_weight": 0.0})
+    default.reset(), free.reset()
+    actions = torch.ones(1, default.num_actions)
+    _, r_default, _, _ = default.step(actions)
+    _, r_free, _, _ = free.step(actions)
+    assert r_free.item() - r_default.item() == pytest.approx(0.1 * default.num_actions, rel=1e-5)
+    default.close(), free.close()

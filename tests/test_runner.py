@@ -1,0 +1,164 @@
+"""The training loop over real gymnasium envs: reproducibility, resume, NaN guard, metrics."""
+
+import math
+
+import pytest
+import torch
+
+from envs.protocol import ACTOR, FINAL_OBSERVATIONS
+from fast_td3 import checkpoint as ckpt
+from fast_td3.logging import read_metrics
+from fast_td3.runner import NonFiniteObservationError
+from helpers import make_runner, tiny_train_config
+
+
+def first_update_params(seed, tmp_path):
+    cfg = tiny_train_config(total_steps=5, seed=seed)
+    runner = make_runner(cfg, tmp_path / f"seed{seed}", eval_env=False)
+    obs, critic_obs = runner._reset_envs()
+    while not runner.learning_started():
+        obs, critic_obs = runner.collect(obs, critic_obs)
+    runner.learn()
+    runner.env.close()
+    return [p.detach().clone() for p in runner.agent.parameters()]
+
+
+def test_same_seed_same_first_updates_different_seed_differs(tmp_path):
+    a, b, c = (first_update_params(s, tmp_path) for s in (3, 3, 4))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, z) for x, z in zip(a, c))
+
+
+def test_training_writes_metrics_checkpoints_and_evaluates(tmp_path):
+    cfg = tiny_train_config(total_steps=30)
+    cfg.eval_interval = 20
+    cfg.save_interval = 10
+    cfg.keep_checkpoints = 2
+    runner = make_runner(cfg, tmp_path)
+    final = runner.train()
+    runner.env.close(), runner.eval_env.close()
+    assert final["eval/episodes"] == 2 and final["eval/return_mean"] > 0
+    records = read_metrics(tmp_path)
+    steps = [r["step"] for r in records]
+    assert steps == sorted(steps) and steps[-1] == 30
+    train_logs = [r for r in records if "loss/critic" in r]
+    assert [r["step"] for r in train_logs] == [10, 20, 30]
+    for key in ("q/mean", "q/min", "q/max", "grad_norm/critic", "loss/actor", "grad_norm/actor",
+                "lr/actor", "lr/critic", "train/episode_return", "train/episode_length", "env_steps", "time"):
+        assert key in train_logs[-1], key
+    assert "perf/env_steps_per_s" in train_logs[-1]  # the first update's (compile) interval is excluded
+    assert "perf/env_steps_per_s" not in train_logs[0]
+    evals = [r for r in records if "eval/return_mean" in r]
+    assert [r["step"] for r in evals] == [20, 30]
+    # an env episode never exceeds 1000 steps and InvertedPendulum pays 1 per step alive
+    assert all(0 < r["train/episode_length"] <= 1000 for r in train_logs if "train/episode_length" in r)
+    files = ckpt.CheckpointManager(tmp_path).all()
+    assert [ckpt.step_of(f) for f in files] == [20, 30]  # keep_checkpoints=2
+    assert ckpt.CheckpointManager(tmp_path).latest() == files[-1]
+
+
+def test_checkpoint_round_trip_restores_every_tensor(tmp_path):
+    cfg = tiny_train_config(total_steps=12, lr_schedule="cosine", critic_lr_end=1e-5, actor_lr_end=1e-5)
+    cfg.save_buffer = True
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    runner.train()
+    state = runner.state()
+    restored = make_runner(cfg, tmp_path / "other", eval_env=False)
+    restored.load(tmp_path)
+    assert restored.global_step == 12
+    reloaded = restored.state()
+
+    def flatten(tree, prefix=""):
+        if isinstance(tree, dict):
+            for k, v in tree.items():
+                yield from flatten(v, f"{prefix}/{k}")
+        elif isinstance(tree, (list, tuple)):
+            for i, v in enumerate(tree):
+                yield from flatten(v, f"{prefix}/{i}")
+        else:
+            yield prefix, tree
+
+    saved, loaded = dict(flatten(state)), dict(flatten(reloaded))
+    assert saved.keys() == loaded.keys()
+    tensors = 0
+    for key, value in saved.items():
+        if isinstance(value, torch.Tensor):
+            tensors += 1
+            assert torch.equal(value.cpu(), loaded[key].cpu()), key
+        else:
+            assert value == loaded[key] or (isinstance(value, float) and math.isnan(value)), key
+    assert tensors > 50  # modules, both optimisers' moments, normalisers, noise, RNGs, replay
+    assert restored.agent.learning_rates() == runner.agent.learning_rates()
+    assert restored.agent.critic_updates == runner.agent.critic_updates > 0
+    runner.env.close(), restored.env.close()
+
+
+class NaNAfter:
+    """Wraps a real adapter; from global step `step` on, env `env_index` reports a NaN observation."""
+
+    def __init__(self, env, step, env_index):
+        self.env, self.step_at, self.env_index, self.t = env, step, env_index, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        obs, rewards, dones, extras = self.env.step(actions)
+        self.t += 1
+        if self.t >= self.step_at:
+            obs = obs.clone()
+            obs[self.env_index, 0] = float("nan")
+            extras[FINAL_OBSERVATIONS] = {ACTOR: obs}
+        return obs, rewards, dones, extras
+
+
+def test_nan_observation_names_env_and_step_and_saves_a_clean_checkpoint(tmp_path):
+    cfg = tiny_train_config(total_steps=50)
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    runner.env = NaNAfter(runner.env, step=9, env_index=2)
+    with pytest.raises(NonFiniteObservationError, match=r"env 2 .*global step 9"):
+        runner.train()
+    assert len(runner.buffer) == 8  # the bad step was never stored
+    assert torch.isfinite(runner.agent.obs_normalizer.mean).all()
+    latest = ckpt.CheckpointManager(tmp_path).latest()
+    assert ckpt.step_of(latest) == 8
+    state = ckpt.load(latest)
+    assert all(torch.isfinite(t).all() for t in state["agent"]["modules"].values())
+    runner.env.close()
+
+
+def test_resume_continues_step_counter_schedules_and_normalisers(tmp_path):
+    cfg = tiny_train_config(total_steps=20, lr_schedule="cosine", critic_lr_end=1e-5, actor_lr_end=1e-5)
+    cfg.save_interval = 10
+    first = make_runner(cfg, tmp_path, eval_env=False)
+    first.cfg.total_steps = 10  # "killed" after step 10: stop there with its checkpoint
+    first.train()
+    mean_at_10 = first.agent.obs_normalizer.mean.clone()
+    count_at_10 = first.agent.obs_normalizer.count.clone()
+    first.env.close()
+
+    cfg.total_steps = 20
+    second = make_runner(cfg, tmp_path, eval_env=False)
+    second.load(tmp_path)
+    assert second.global_step == 10
+    assert torch.equal(second.agent.obs_normalizer.mean, mean_at_10)
+    assert second.agent.critic_updates == first.agent.critic_updates
+    lr_before = second.agent.learning_rates()["critic_lr"]
+    second.train()
+    assert second.global_step == 20
+    assert second.agent.obs_normalizer.count > count_at_10  # statistics continue, not restart
+    assert second.agent.learning_rates()["critic_lr"] < lr_before  # the cosine schedule moved on
+    assert [r["step"] for r in read_metrics(tmp_path) if "loss/critic" in r] == [10, 20]
+    second.env.close()
+
+
+def test_resumed_metrics_drop_records_after_the_checkpoint_and_torn_lines(tmp_path):
+    from fast_td3.config import LoggerConfig
+    from fast_td3.logging import METRICS_FILE, MetricsLogger
+
+    path = tmp_path / METRICS_FILE
+    path.write_text('{"step": 10, "a": 1}\n{"step": 20, "a": 2}\n{"step": 30, "a": 3}\n{"step": 4')
+    logger = MetricsLogger(LoggerConfig(console=False), tmp_path, {}, "task", total_steps=50, start_step=20)
+    logger.log(30, {"a": 4.0})
+    logger.close()
+    assert [(r["step"], r["a"]) for r in read_metrics(tmp_path)] == [(10, 1), (20, 2), (30, 4.0)]

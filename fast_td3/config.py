@@ -155,6 +155,15 @@ class EnvConfig:
     eval_options: Dict[str, Any] = field(default_factory=dict)
     """Adapter options that differ for the evaluation envs (merged over `options`)."""
 
+    def adapter_options(self, evaluation: bool = False) -> Dict[str, Any]:
+        """Keyword options for the suite adapter's `make` (training or evaluation envs)."""
+        options = dict(self.options)
+        if evaluation:
+            options.update(self.eval_options)
+        if self.max_episode_steps is not None:
+            options["max_episode_steps"] = self.max_episode_steps
+        return options
+
 
 @dataclass
 class LoggerConfig:

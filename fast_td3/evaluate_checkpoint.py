@@ -61,9 +61,7 @@ def evaluate_checkpoint(
     )
     torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
-    options = {**cfg.env.options, **cfg.env.eval_options}
-    if cfg.env.max_episode_steps is not None:
-        options["max_episode_steps"] = cfg.env.max_episode_steps
+    options = cfg.env.adapter_options(evaluation=True)
     if video is not None:
         options["render_mode"] = "rgb_array"
     env = make_env(cfg.env.suite, cfg.env.task, episodes, cfg.seed, torch_device, **options)

@@ -176,6 +176,7 @@ class Runner:
             raise
         finally:
             logger.close()
+            self._logger = None
 
     def learning_started(self) -> bool:
         return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
@@ -187,7 +188,9 @@ class Runner:
     def _reset_envs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         # A resumed run cannot restore simulator state: it restarts episodes from
         # seeds derived from (seed, step), so the continuation is reproducible.
-        seed = None if self.global_step == 0 else self.cfg.seed + self.global_step
+        seed = None
+        if self.global_step > 0:
+            seed = int(np.random.SeedSequence([self.cfg.seed, self.global_step]).generate_state(1)[0])
         obs, extras = self.env.reset(seed=seed)
         return self._to_device(obs), self._to_device(critic_observations(obs, extras))
 
@@ -307,13 +310,17 @@ class Runner:
                 "sample": self.sample_generator.get_state(),
                 "python": list(random.getstate()[1]),
             },
-            "env": {"num_envs": self.env.num_envs, "num_obs": self.env.num_obs,
-                    "num_critic_obs": self.env.num_critic_obs, "num_actions": self.env.num_actions},
+            "env": self._env_shape(),
             "config": config_dict(self.cfg),
         }
         if self.cfg.save_buffer:
             state["buffer"] = self.buffer.state_dict()
         return state
+
+    def _env_shape(self) -> dict[str, int | None]:
+        env = self.env
+        return {"num_envs": env.num_envs, "num_obs": env.num_obs,
+                "num_critic_obs": env.num_critic_obs, "num_actions": env.num_actions}
 
     def save(self) -> Path:
         return self.checkpoints.save(self.state(), self.global_step)
@@ -321,8 +328,7 @@ class Runner:
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: step counter, schedules, normalisers, noise, RNG streams."""
         state = ckpt.load(ckpt.find_checkpoint(path))
-        shape = {"num_envs": self.env.num_envs, "num_obs": self.env.num_obs,
-                 "num_critic_obs": self.env.num_critic_obs, "num_actions": self.env.num_actions}
+        shape = self._env_shape()
         if state["env"] != shape:
             raise ValueError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")
         self.agent.load_training_state(state["agent"])

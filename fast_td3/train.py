@@ -11,6 +11,7 @@ registry and the runner together.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -75,15 +76,12 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     env_cfg = cfg.env
     check_task(env_cfg.suite, env_cfg.task)
     device = resolve_device(cfg.device)
-    options = dict(env_cfg.options)
-    if env_cfg.max_episode_steps is not None:
-        options["max_episode_steps"] = env_cfg.max_episode_steps
-    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **options)
+    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **env_cfg.adapter_options())
     eval_env = None
     try:
         eval_env = make_env(
             env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(cfg.seed), device,
-            **{**options, **env_cfg.eval_options},
+            **env_cfg.adapter_options(evaluation=True),
         )
         runner = Runner(cfg, env, eval_env, run_dir)
         if cfg.resume:
@@ -97,9 +95,15 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
             eval_env.close()
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    """Schedulers send SIGTERM before they kill: treat it like Ctrl-C (checkpoint, then exit)."""
+    raise KeyboardInterrupt
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if cfg.resume:
             cfg = _resumed_config(cfg)
@@ -110,6 +114,9 @@ def main(cfg: DictConfig) -> float | None:
     except USER_ERRORS as error:
         print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2 if not isinstance(error, NonFiniteObservationError) else 3)
+    except KeyboardInterrupt:
+        print(f"Stopped. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
+        sys.exit(130)
     print(f"Run folder: {run_dir}", flush=True)
     return final.get("eval/return_mean")
 

@@ -129,3 +129,35 @@ def test_resume_refuses_group_changes(tmp_path):
     assert first.returncode == 0, first.stderr
     result = run([TRAIN, "resume=run", "task=Hopper-v5"], tmp_path)
     assert result.returncode == 2 and "cannot change config groups" in result.stderr
+
+
+def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
+    cmd = [TRAIN, *QUICK, "total_steps=100000", "save_interval=0", "eval_interval=0", "logger.log_interval=20",
+           "hydra.run.dir=run"]
+    process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (metrics.is_file() and read_metrics(tmp_path / "run")):
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.05)
+    logged = read_metrics(tmp_path / "run")[-1]["step"]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "resume=" in stderr
+    latest = ckpt.CheckpointManager(tmp_path / "run").latest()
+    assert latest is not None and ckpt.step_of(latest) >= logged
+
+
+def test_eval_writes_a_video_of_the_first_episode(tmp_path):
+    import imageio.v3 as imageio
+
+    result = run([TRAIN, *QUICK, "total_steps=5", "env.max_episode_steps=12", "hydra.run.dir=run"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    video = tmp_path / "episode.mp4"
+    evaluated = run([EVAL, "run", "--episodes", "1", "--video", str(video)], tmp_path, env={"MUJOCO_GL": "egl"})
+    assert evaluated.returncode == 0, evaluated.stderr
+    line = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    frames = imageio.imread(video, index=None)
+    assert frames.shape[0] == line["length_mean"] <= 12  # one frame per step of the episode
+    assert frames.shape[-1] == 3 and frames.std() > 0  # a real rendered picture, not a blank

@@ -52,3 +52,15 @@ def test_wandb_offline_run_records_metrics_and_keeps_its_id_on_resume(tmp_path, 
     logger.close()
     assert (tmp_path / "wandb_id.txt").read_text() == run_id
     assert [json.dumps(r["step"]) for r in read_metrics(tmp_path)] == ["1", "2"]
+
+
+def test_console_line_shows_step_return_throughput(capsys):
+    from fast_td3.logging import ConsoleProgress
+
+    console = ConsoleProgress(total_steps=100, start_step=0, task="Hopper-v5")
+    assert not console.interactive  # pytest captures stdout: the plain-line mode
+    console.log(10, {"train/episode_return": 12.5, "perf/env_steps_per_s": 640.0, "loss/critic": 1.0})
+    console.log(20, {"perf/updates_per_s": 80.0})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "[Hopper-v5] step 10/100 | return 12.5 | env steps/s 640"
+    assert lines[1] == "[Hopper-v5] step 20/100 | return 12.5 | env steps/s 640 | updates/s 80"

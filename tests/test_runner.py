@@ -162,3 +162,31 @@ def test_resumed_metrics_drop_records_after_the_checkpoint_and_torn_lines(tmp_pa
     logger.log(30, {"a": 4.0})
     logger.close()
     assert [(r["step"], r["a"]) for r in read_metrics(tmp_path)] == [(10, 1), (20, 2), (30, 4.0)]
+
+
+class CountingSteps:
+    def __init__(self, env):
+        self.env, self.steps, self.resets = env, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        self.steps += 1
+        return self.env.step(actions)
+
+    def reset(self, seed=None):
+        self.resets += 1
+        return self.env.reset(seed=seed)
+
+
+def test_evaluation_uses_its_own_envs_and_fixed_seeds(tmp_path):
+    cfg = tiny_train_config(total_steps=10)
+    runner = make_runner(cfg, tmp_path)
+    runner.env = CountingSteps(runner.env)
+    runner.train()
+    steps, resets = runner.env.steps, runner.env.resets
+    first, second = runner.evaluate(), runner.evaluate()
+    assert (runner.env.steps, runner.env.resets) == (steps, resets) == (10, 1)
+    assert first == second  # same policy, same eval seeds: the same episodes
+    runner.env.close(), runner.eval_env.close()

@@ -10,6 +10,7 @@ are clamped and rescaled to the env's action bounds.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -71,13 +72,21 @@ class GymnasiumVecEnv:
         def make_one() -> gym.Env:
             return gym.make(task, max_episode_steps=limit, **make_kwargs)
 
-        fns = [make_one] * self.num_envs
+        def make_in_worker() -> gym.Env:
+            # Ctrl-C / SIGTERM reach the whole process group: the trainer decides when to
+            # stop, and the workers must live until it closes them.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            return make_one()
+
         autoreset = gym.vector.AutoresetMode.SAME_STEP
         if vectorization == "async":
             context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-            self._vec = gym.vector.AsyncVectorEnv(fns, shared_memory=True, context=context, autoreset_mode=autoreset)
+            self._vec = gym.vector.AsyncVectorEnv(
+                [make_in_worker] * self.num_envs, shared_memory=True, context=context, autoreset_mode=autoreset
+            )
         else:
-            self._vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset)
+            self._vec = gym.vector.SyncVectorEnv([make_one] * self.num_envs, autoreset_mode=autoreset)
 
         obs_space = self._vec.single_observation_space
         act_space = self._vec.single_action_space
@@ -127,7 +136,10 @@ class GymnasiumVecEnv:
         return obs_t, rewards_t, dones_t, extras
 
     def close(self) -> None:
-        self._vec.close()
+        try:
+            self._vec.close()
+        except (BrokenPipeError, EOFError, ConnectionResetError):  # a worker already died
+            self._vec.close(terminate=True)
 
     def render(self, env_index: int = 0) -> np.ndarray:
         """An RGB frame of one env (the env must have been made with render_mode='rgb_array')."""

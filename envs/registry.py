@@ -89,7 +89,7 @@ def load_adapter(suite_name: str):
         return importlib.import_module(suite.module)
     except ModuleNotFoundError as error:
         if error.name == suite.module:
-            raise NotImplementedError(f"Suite '{suite.name}' has no adapter in this version of fast-td3") from None
+            raise MissingSuiteError(f"Suite '{suite.name}' has no adapter in this version of fast-td3") from None
         raise
 
 

@@ -79,6 +79,8 @@ class CheckpointManager:
 
     def save(self, state: dict[str, Any], step: int) -> Path:
         path = self.dir / f"step_{step:09d}.pt"
+        for stale in self.dir.glob(".step_*.pt.tmp*"):  # left by a process killed mid-write
+            stale.unlink(missing_ok=True)
         save_atomic(state, path)
         atomic_write_bytes(self.dir / LATEST, lambda f: f.write(path.name.encode()))
         for old in self.all()[: -self.keep]:

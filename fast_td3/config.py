@@ -8,10 +8,18 @@ OmegaConf accepts, so the same class serves as a Hydra structured config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import ast
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 PRECISIONS = ("fp32", "bf16")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message names the field."""
+
+
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -135,7 +143,7 @@ class AlgoConfig:
         if len(self.adam_betas) != 2:
             problems.append(f"adam_betas needs two values, got {list(self.adam_betas)}")
         if problems:
-            raise ValueError("invalid AlgoConfig: " + "; ".join(problems))
+            raise ConfigError("invalid AlgoConfig: " + "; ".join(problems))
 
 
 @dataclass
@@ -236,7 +244,34 @@ class TrainConfig:
                 "each update draws batch_size // num_envs transitions per env"
             )
         if problems:
-            raise ValueError("invalid TrainConfig: " + "; ".join(problems))
+            raise ConfigError("invalid TrainConfig: " + "; ".join(problems))
+
+
+def _field_docs() -> dict[str, dict[str, str]]:
+    """The docstring under each field of each dataclass in this file, read from its source."""
+    tree = ast.parse(Path(__file__).read_text())
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            body, fields = node.body, docs.setdefault(node.name, {})
+            for item, following in zip(body, body[1:]):
+                if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                        and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
+                    fields[item.target.id] = str(following.value.value)
+    return docs
+
+
+def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, one-line doc) of every field of a config dataclass, nested ones expanded."""
+    docs = _field_docs().get(cls.__name__, {})
+    rows: list[tuple[str, Any, str]] = []
+    for f in fields(cls):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if is_dataclass(default):
+            rows.extend(describe_fields(type(default), f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", default, docs.get(f.name, "")))
+    return rows
 
 
 def register_configs() -> None:

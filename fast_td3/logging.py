@@ -151,7 +151,8 @@ class MetricsLogger:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+            # purge_step drops events a resumed run is about to log again
+            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=start_step or None)
         self._wandb = None
         mode = resolve_wandb_mode(cfg.wandb_mode)
         if mode != "disabled":

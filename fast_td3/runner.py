@@ -9,6 +9,8 @@ checkpoints, the NaN guard) happens between steps, never inside the update.
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass
@@ -35,6 +37,39 @@ CHECKPOINT_FORMAT = 1
 
 class NonFiniteObservationError(RuntimeError):
     """An env produced NaN or inf; the run stopped and saved a checkpoint first."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that does not fit these envs (another task or env count)."""
+
+
+class TrainingStopped(Exception):
+    """SIGINT/SIGTERM stopped the run after a whole global step, with a checkpoint."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"stopped at global step {step}; checkpoint saved to {checkpoint}")
+        self.step, self.checkpoint = step, checkpoint
+
+
+@contextmanager
+def stop_signals_set_flag(runner: "Runner"):
+    """While training, SIGINT and SIGTERM ask the runner to stop after the current global
+    step (so a checkpoint never holds half an update); a second SIGINT aborts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if runner.stop_requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        runner.stop_requested = True
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def seed_everything(seed: int) -> None:
@@ -121,7 +156,8 @@ class Runner:
         seed_everything(cfg.seed)
         self.agent = FastTD3(
             algo, env.num_obs, env.num_actions, env.num_critic_obs, env.num_envs, self.device,
-            total_critic_updates=cfg.total_steps * algo.num_updates,
+            # updates run from global step `learning_starts` to the last one
+            total_critic_updates=max(cfg.total_steps - algo.learning_starts + 1, 1) * algo.num_updates,
         )
         self.buffer = ReplayBuffer(
             env.num_envs, algo.buffer_size, env.num_obs, env.num_actions,
@@ -143,6 +179,7 @@ class Runner:
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._warm = False
+        self.stop_requested = False
 
     # ================================================================ the loop
     def train(self) -> dict[str, float]:
@@ -153,27 +190,28 @@ class Runner:
         obs, critic_obs = self._reset_envs()
         interval = _IntervalClock(self.global_step)
         try:
-            while self.global_step < cfg.total_steps:
-                obs, critic_obs = self.collect(obs, critic_obs)
-                self.global_step += 1
-                if self.learning_started():
-                    self.learn()
-                logger.advance(self.global_step)
-                if self._due(cfg.logger.log_interval):
-                    self.log(interval)
-                if cfg.eval_interval and self._due(cfg.eval_interval) and self.global_step < cfg.total_steps:
-                    with interval.paused():
-                        self.evaluate()
-                if cfg.save_interval and self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
-                    with interval.paused():
-                        self.save()
-            final = self.evaluate()
-            self.save()
-            return final
-        except KeyboardInterrupt:
-            path = self.save()
-            logger.message(f"Interrupted at step {self.global_step}; checkpoint saved to {path}")
-            raise
+            with stop_signals_set_flag(self):
+                while self.global_step < cfg.total_steps:
+                    obs, critic_obs = self.collect(obs, critic_obs)
+                    self.global_step += 1
+                    if self.learning_started():
+                        self.learn()
+                    logger.advance(self.global_step)
+                    if self._due(cfg.logger.log_interval):
+                        self.log(interval)
+                    if self._due(cfg.eval_interval) and self.global_step < cfg.total_steps:
+                        with interval.paused():
+                            self.evaluate()
+                    if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
+                        with interval.paused():
+                            self.save()
+                    if self.stop_requested:
+                        path = self.save()
+                        logger.message(f"Stopped at step {self.global_step}; checkpoint saved to {path}")
+                        raise TrainingStopped(self.global_step, path)
+                final = self.evaluate()
+                self.save()
+                return final
         finally:
             logger.close()
             self._logger = None
@@ -192,7 +230,10 @@ class Runner:
         if self.global_step > 0:
             seed = int(np.random.SeedSequence([self.cfg.seed, self.global_step]).generate_state(1)[0])
         obs, extras = self.env.reset(seed=seed)
-        return self._to_device(obs), self._to_device(critic_observations(obs, extras))
+        obs, critic_obs = self._to_device(obs), self._to_device(critic_observations(obs, extras))
+        if self.cfg.check_finite:
+            self._check_finite({"observations": obs, "critic observations": critic_obs}, at_reset=True)
+        return obs, critic_obs
 
     def _to_device(self, x: torch.Tensor | None) -> torch.Tensor | None:
         return None if x is None else x.to(self.device, non_blocking=True)
@@ -206,7 +247,10 @@ class Runner:
         final = extras[FINAL_OBSERVATIONS]
         next_critic_obs = self._to_device(critic_observations(next_obs, extras))
         if self.cfg.check_finite:
-            self._check_finite(next_obs, rewards, final)
+            self._check_finite({
+                "observations": next_obs, "critic observations": next_critic_obs, "rewards": rewards,
+                "final observations": final.get(ACTOR), "final critic observations": final.get(CRITIC),
+            })
 
         transition = {
             keys.OBS: obs,
@@ -225,18 +269,23 @@ class Runner:
         self.episodes.update(rewards, dones)
         return next_obs, next_critic_obs
 
-    def _check_finite(self, obs: torch.Tensor, rewards: torch.Tensor, final: dict[str, torch.Tensor]) -> None:
+    def _check_finite(self, tensors: dict[str, torch.Tensor | None], at_reset: bool = False) -> None:
         """Stop before a NaN/inf reaches the normalisers or the replay buffer."""
-        bad = ~torch.isfinite(obs).all(-1) | ~torch.isfinite(rewards)
-        for group in final.values():
-            bad |= ~torch.isfinite(group.to(bad.device)).all(-1)
+        bad = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.device)
+        for value in tensors.values():
+            if value is not None:
+                value = value.to(self.device)
+                bad |= ~torch.isfinite(value.reshape(self.env.num_envs, -1)).all(-1)
         if not bool(bad.any()):  # the one host sync of a step
             return
         envs = torch.nonzero(bad).flatten().tolist()
+        culprits = [name for name, v in tensors.items()
+                    if v is not None and not bool(torch.isfinite(v[envs[0]]).all())]
         path = self.save()
+        when = "after reset" if at_reset else "at"
         raise NonFiniteObservationError(
-            f"NaN or inf in the observations or rewards of env {envs[0]} "
-            f"(envs {envs[:10]}{'...' if len(envs) > 10 else ''}) at global step {self.global_step + 1} "
+            f"NaN or inf in the {' and '.join(culprits)} of env {envs[0]} "
+            f"(envs {envs[:10]}{'...' if len(envs) > 10 else ''}) {when} global step {self.global_step + (not at_reset)} "
             f"of task {self.cfg.env.task}. The run stopped before storing them; "
             f"checkpoint of the last good step: {path}"
         )
@@ -330,7 +379,7 @@ class Runner:
         state = ckpt.load(ckpt.find_checkpoint(path))
         shape = self._env_shape()
         if state["env"] != shape:
-            raise ValueError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")
+            raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")
         self.agent.load_training_state(state["agent"])
         self.noise.load_state_dict(state["noise"])
         self.global_step = int(state["global_step"])
@@ -338,8 +387,7 @@ class Runner:
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        self.sample_generator.set_state(rng["sample"].to(self.sample_generator.device)
-                                        if self.device.type != "cpu" else rng["sample"])
+        self.sample_generator.set_state(rng["sample"].cpu())  # CPU ByteTensor, whatever the device
         random.setstate((3, tuple(rng["python"]), None))
         if "buffer" in state:
             self.buffer.load_state_dict(state["buffer"])

@@ -11,7 +11,6 @@ registry and the runner together.
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -20,15 +19,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env, unknown_name_message
-from fast_td3.checkpoint import find_checkpoint, run_dir_of
-from fast_td3.config import TrainConfig, register_configs
+from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
+from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
 from fast_td3.device import resolve_device
 from fast_td3.evaluation import eval_seed
-from fast_td3.runner import NonFiniteObservationError, Runner
+from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, Runner, TrainingStopped
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVED_CONFIG = "config.yaml"
-USER_ERRORS = (MissingSuiteError, UnknownTaskError, NonFiniteObservationError, NotImplementedError, ValueError, FileNotFoundError)
+# Errors a user can act on from their message alone: printed without a traceback.
+USER_ERRORS = (
+    ConfigError, MissingSuiteError, UnknownTaskError, NonFiniteObservationError,
+    CheckpointMismatchError, FileNotFoundError,
+)
 
 
 def _run_dir(resume, default: str) -> str:
@@ -62,7 +65,7 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
     groups = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("task", "suite", "preset", "algo", "logger")]
     if groups:
-        raise ValueError(
+        raise ConfigError(
             f"cannot change config groups of a resumed run ({', '.join(groups)}); "
             "override individual keys instead, e.g. total_steps=200000"
         )
@@ -95,27 +98,21 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
             eval_env.close()
 
 
-def _stop_on_sigterm(signum, frame) -> None:
-    """Schedulers send SIGTERM before they kill: treat it like Ctrl-C (checkpoint, then exit)."""
-    raise KeyboardInterrupt
-
-
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if cfg.resume:
             cfg = _resumed_config(cfg)
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
-        if not cfg.resume:
-            (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
+        atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
         final = build_and_train(train_cfg, run_dir)
     except USER_ERRORS as error:
         print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(2 if not isinstance(error, NonFiniteObservationError) else 3)
-    except KeyboardInterrupt:
-        print(f"Stopped. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
+        sys.exit(3 if isinstance(error, NonFiniteObservationError) else 2)
+    except TrainingStopped as stopped:
+        print(f"{stopped}. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
         sys.exit(130)
     print(f"Run folder: {run_dir}", flush=True)
     return final.get("eval/return_mean")
@@ -156,35 +153,73 @@ def _schema_keys(node: DictConfig, prefix: str = "") -> list[str]:
     return out
 
 
+def _unknown_task_message(task: str, suites: dict[str, str]) -> str:
+    by_suite: dict[str, list[str]] = {}
+    for name, suite in suites.items():
+        by_suite.setdefault(suite, []).append(name)
+    hint = unknown_name_message("task", task, list(suites), "fast-td3-train").split(" Valid")[0]
+    listing = "\n".join(f"  {suite}: {', '.join(names)}" for suite, names in sorted(by_suite.items()))
+    return f"{hint}\nValid tasks by suite (conf/task/):\n{listing}"
+
+
 def check_command_line(args: list[str]) -> str | None:
-    """An actionable message for an unknown task or a mistyped key, before Hydra composes."""
+    """An actionable message for an unknown task or a mistyped key, before Hydra composes.
+
+    Only plain `key=value` overrides and plain task lists are checked; Hydra's own
+    syntax (`+key`, `~key`, `hydra/...`, `choice(...)`, globs) is left to Hydra.
+    """
     schema = OmegaConf.structured(TrainConfig)
     suites = task_suites()
     for arg in args:
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
-        if key.startswith(("+", "~", "hydra.")) or key in ("suite", "preset", "algo", "logger"):
+        if key.startswith(("+", "~", "hydra")) or "/" in key or key in ("suite", "preset", "algo", "logger"):
             continue
         if key == "task":
-            for task in value.split(","):  # a multirun list
-                if task not in suites:
-                    by_suite: dict[str, list[str]] = {}
-                    for name, suite in suites.items():
-                        by_suite.setdefault(suite, []).append(name)
-                    hint = unknown_name_message("task", task, list(suites), "fast-td3-train").split(" Valid")[0]
-                    listing = "\n".join(f"  {suite}: {', '.join(names)}" for suite, names in sorted(by_suite.items()))
-                    return f"{hint}\nValid tasks by suite (conf/task/):\n{listing}"
-            continue
-        if not _key_exists(schema, key):
-            return unknown_name_message("config key", key, _schema_keys(schema), "fast-td3-train") \
-                .split(" Valid")[0] + " See `fast-td3-train --cfg job` for every key."
+            if any(c in value for c in "()[]{}*?$"):  # sweep functions, globs, interpolations
+                continue
+            unknown = [task for task in value.split(",") if task not in suites]
+            if unknown:
+                return _unknown_task_message(unknown[0], suites)
+        elif not _key_exists(schema, key):
+            hint = unknown_name_message("config key", key, _schema_keys(schema), "fast-td3-train").split(" Valid")[0]
+            return hint + " `fast-td3-train --help` lists every key."
     return None
 
 
+HELP = """fast-td3-train: train FastTD3 on one task (Hydra; overrides are key=value).
+
+  fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
+  fast-td3-train -m task=Hopper-v5,Walker2d-v5 seed=1,2      sweep (one run after another)
+  fast-td3-train resume=runs/<task>/<run> [total_steps=N]    continue a run
+  fast-td3-train --cfg job [overrides]                       print the composed config
+  fast-td3-train --hydra-help                                Hydra's own options
+
+Config groups (conf/):
+{groups}
+
+Keys (schema default -- task and preset files change some, see --cfg job -- then what it is):
+{keys}
+"""
+
+
+def help_text() -> str:
+    groups = "\n".join(
+        f"  {group}: {', '.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
+        for group in ("task", "preset", "logger", "algo", "suite")
+    )
+    keys = "\n".join(f"  {key} = {default}\n      {doc}" for key, default, doc in describe_fields(TrainConfig))
+    return HELP.format(groups=groups, keys=keys)
+
+
 def cli() -> None:
-    """Console-script entry point: friendly checks first, then Hydra."""
-    problem = check_command_line(sys.argv[1:])
+    """Console-script entry point: our help and friendly checks first, then Hydra."""
+    args = sys.argv[1:]
+    if "--help" in args or "-h" in args:
+        print(help_text())
+        return
+    problem = check_command_line(args)
     if problem:
         print(f"fast-td3-train: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -4,11 +4,11 @@ A suite's test module subclasses `EnvContractTests` and provides:
 
 - `make_env(seed, num_envs, **options)`: builds the adapter; must accept
   `max_episode_steps` (a short time limit makes time-outs happen in the test);
-- `reference_final_observation(seed, env_index, actions)`: runs ONE env of the task
-  on the plain simulator, without auto-reset, from the state the adapter's env
-  `env_index` starts in when seeded with `seed`; applies the given actions (in
-  [-1, 1], the adapter's convention) until that episode ends and returns the last
-  observation the simulator produced, as a 1-D tensor;
+- `reference_observation(seed, env_index, actions)`: runs ONE env of the task on the
+  plain simulator, without auto-reset or time limit, from the state the adapter's env
+  `env_index` starts in when seeded with `seed` (and `num_envs` envs); applies the
+  given actions (in [-1, 1], the adapter's convention) and returns the observation the
+  simulator produced after the last one, as a 1-D tensor;
 - `terminating_actions(env, generator)`: actions that make episodes terminate soon
   (so terminations are seen within `max_steps`).
 
@@ -34,7 +34,7 @@ class EnvContractTests:
     def make_env(self, seed: int, num_envs: int, **options) -> VecEnv:  # pragma: no cover
         raise NotImplementedError
 
-    def reference_final_observation(self, seed: int, env_index: int, actions: list[torch.Tensor]) -> torch.Tensor:  # pragma: no cover
+    def reference_observation(self, seed: int, env_index: int, actions: list[torch.Tensor]) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
     def terminating_actions(self, env: VecEnv, generator: torch.Generator) -> torch.Tensor:
@@ -109,32 +109,47 @@ class EnvContractTests:
         assert torch.equal(final[not_done], obs[not_done]), "unfinished envs: final observation == observation"
         for i in done_ids:
             assert not torch.allclose(final[i], obs[i]), f"env {i}: final observation equals the reset observation"
-            expected = self.reference_final_observation(seed, i, [a[i] for a in actions_taken])
+            expected = self.reference_observation(seed, i, [a[i] for a in actions_taken])
             torch.testing.assert_close(final[i].cpu(), expected.float().cpu(), atol=self.atol, rtol=1e-5)
 
-    def test_time_outs_are_truncations_not_terminations(self):
-        env = self._env(seed=3, max_episode_steps=self.short_time_limit)
+    def test_time_outs_are_truncations_with_the_simulators_final_observation(self):
+        seed = 3
+        env = self._env(seed=seed, max_episode_steps=self.short_time_limit)
         assert env.max_episode_steps == self.short_time_limit
         env.reset()
         zero = torch.zeros(env.num_envs, env.num_actions, device=env.device)
         for t in range(1, self.short_time_limit + 1):
-            _, _, dones, extras = env.step(zero)
+            obs, _, dones, extras = env.step(zero)
             if t < self.short_time_limit:
                 assert not dones.any(), f"an episode ended at step {t} before the time limit"
         assert dones.all() and extras[TIME_OUTS].all(), "every env times out at the limit"
+        final = extras[FINAL_OBSERVATIONS][ACTOR]
+        for i in range(env.num_envs):
+            expected = self.reference_observation(seed, i, [zero[i].cpu()] * self.short_time_limit)
+            torch.testing.assert_close(final[i].cpu(), expected.float().cpu(), atol=self.atol, rtol=1e-5)
+            assert not torch.allclose(final[i], obs[i]), f"env {i}: the time-out's final observation is the reset one"
 
+    def test_terminations_are_not_time_outs_even_at_the_limit(self):
         env = self._env(seed=4)
         env.reset()
         g = torch.Generator().manual_seed(0)
-        terminations = 0
-        for _ in range(self.max_steps):
-            _, _, dones, extras = env.step(self.terminating_actions(env, g).to(env.device))
+        actions_taken, end_step, env_index = [], None, None
+        for t in range(1, self.max_steps + 1):
+            actions_taken.append(self.terminating_actions(env, g))
+            _, _, dones, extras = env.step(actions_taken[-1].to(env.device))
             time_outs = extras[TIME_OUTS]
             assert not (time_outs & ~dones).any(), "a time-out must also be a done"
-            terminations += int((dones & ~time_outs).sum())
-            if terminations:
+            terminated = dones & ~time_outs
+            if terminated.any():
+                end_step, env_index = t, int(torch.nonzero(terminated)[0])
                 break
-        assert terminations > 0, "terminations must not be reported as time-outs"
+        assert end_step is not None, f"no termination within {self.max_steps} steps"
+        # The same episode with the time limit at its terminal step: terminated wins.
+        limited = self._env(seed=4, max_episode_steps=end_step)
+        limited.reset()
+        for actions in actions_taken:
+            _, _, dones, extras = limited.step(actions.to(limited.device))
+        assert dones[env_index] and not extras[TIME_OUTS][env_index]
 
     def test_same_seed_same_trajectory_different_seed_differs(self):
         a, b, c = self._env(seed=7), self._env(seed=7), self._env(seed=8)

@@ -84,6 +84,9 @@ def make_runner(cfg, run_dir, eval_env=True):
     from fast_td3.evaluation import eval_seed
     from fast_td3.runner import Runner
 
-    env = GymnasiumVecEnv(cfg.env.task, cfg.env.num_envs, seed=cfg.seed)
-    evaluation = GymnasiumVecEnv(cfg.env.task, cfg.eval_episodes, seed=eval_seed(cfg.seed)) if eval_env else None
+    env = GymnasiumVecEnv(cfg.env.task, cfg.env.num_envs, seed=cfg.seed, **cfg.env.adapter_options())
+    evaluation = None
+    if eval_env:
+        options = cfg.env.adapter_options(evaluation=True)
+        evaluation = GymnasiumVecEnv(cfg.env.task, cfg.eval_episodes, seed=eval_seed(cfg.seed), **options)
     return Runner(cfg, env, evaluation, run_dir)

@@ -33,7 +33,11 @@ def run(cmd, tmp_path, timeout=300, env=None):
 
 def test_help_and_cfg_job_show_the_composed_config(tmp_path):
     helped = run([TRAIN, "--help"], tmp_path)
-    assert helped.returncode == 0 and "task: " in helped.stdout and "preset: " in helped.stdout
+    assert helped.returncode == 0
+    assert "HalfCheetah-v5" in helped.stdout and "preset: cpu" in helped.stdout
+    # every key with its default and the one-line doc from fast_td3/config.py
+    assert "algo.batch_size = 32768\n      Transitions per update" in helped.stdout
+    assert "logger.wandb_mode = disabled\n      wandb:" in helped.stdout
     shown = run([TRAIN, "--cfg", "job", "task=HalfCheetah-v5", "preset=cpu", "seed=7"], tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "task: HalfCheetah-v5" in shown.stdout and "seed: 7" in shown.stdout
@@ -53,6 +57,17 @@ def test_mistyped_key_is_named_with_a_suggestion(tmp_path):
     result = run([TRAIN, "algo.batch_sze=1024"], tmp_path)
     assert result.returncode == 2
     assert "'algo.batch_sze'" in result.stderr and "Did you mean 'algo.batch_size'" in result.stderr
+
+
+def test_hydra_syntax_passes_the_friendly_checks():
+    from fast_td3.train import check_command_line
+
+    for fine in (["hydra/job_logging=disabled"], ["task=choice(Hopper-v5,Ant-v5)"], ["task=glob(*)"],
+                 ["+env.options.env_kwargs.ctrl_cost_weight=0"], ["task=Hopper-v5,Ant-v5", "seed=1,2"],
+                 ["env.options.vectorization=async"], ["--cfg", "job"]):
+        assert check_command_line(fine) is None, fine
+    assert "Unknown task 'Hoper-v5'" in check_command_line(["task=Ant-v5,Hoper-v5"])
+    assert "Unknown config key 'sed'" in check_command_line(["sed=1"])
 
 
 def test_invalid_value_names_the_field(tmp_path):
@@ -124,6 +139,18 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
     assert steps[-1] == total and max(steps) == total
 
 
+def test_resume_overrides_are_kept_for_later_resumes(tmp_path):
+    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
+    extended = run([TRAIN, "resume=run", "total_steps=12"], tmp_path)
+    assert extended.returncode == 0, extended.stderr
+    again = run([TRAIN, "resume=run"], tmp_path)  # no total_steps: the extended length holds
+    assert again.returncode == 0, again.stderr
+    assert "total_steps: 12" in (tmp_path / "run" / "config.yaml").read_text()
+    assert ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())["global_step"] == 12
+    assert (tmp_path / "run" / ".hydra" / "overrides.yaml").is_file()  # the original record is kept
+    assert list((tmp_path / "run" / ".hydra").glob("resumed_*/overrides.yaml"))  # and each resume's
+
+
 def test_resume_refuses_group_changes(tmp_path):
     first = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
     assert first.returncode == 0, first.stderr
@@ -131,22 +158,34 @@ def test_resume_refuses_group_changes(tmp_path):
     assert result.returncode == 2 and "cannot change config groups" in result.stderr
 
 
-def test_sigterm_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
-    cmd = [TRAIN, *QUICK, "total_steps=100000", "save_interval=0", "eval_interval=0", "logger.log_interval=20",
-           "hydra.run.dir=run"]
-    process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path):
+    """A scheduler's SIGTERM reaches the trainer and its env workers (async): the run saves a
+    checkpoint of a whole global step, says how to resume, and the resume finishes."""
+    cmd = [TRAIN, *QUICK, "env.options.vectorization=async", "total_steps=100000", "save_interval=0",
+           "eval_interval=0", "logger.log_interval=20", "algo.learning_starts=3", "hydra.run.dir=run"]
+    process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and not (metrics.is_file() and read_metrics(tmp_path / "run")):
         assert process.poll() is None, process.stderr.read()
         time.sleep(0.05)
     logged = read_metrics(tmp_path / "run")[-1]["step"]
-    process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert "resume=" in stderr
-    latest = ckpt.CheckpointManager(tmp_path / "run").latest()
-    assert latest is not None and ckpt.step_of(latest) >= logged
+    assert process.returncode == 130, stderr
+    assert "Continue with: fast-td3-train resume=" in stderr and "Traceback" not in stderr
+    state = ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())
+    step, agent = state["global_step"], state["agent"]
+    assert step >= logged
+    # every counter describes the same whole step: updates ran at steps 3..step, 2 per step
+    expected_updates = (step - 3 + 1) * 2
+    assert agent["critic_updates"] == agent["critic_schedule"]["updates"] == expected_updates
+    assert agent["actor_updates"] == agent["actor_schedule"]["updates"] == expected_updates // 2
+
+    resumed = run([TRAIN, "resume=run", "total_steps=" + str(step + 10)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())["global_step"] == step + 10
 
 
 def test_eval_writes_a_video_of_the_first_episode(tmp_path):

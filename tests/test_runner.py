@@ -12,21 +12,53 @@ from fast_td3.runner import NonFiniteObservationError
 from helpers import make_runner, tiny_train_config
 
 
-def first_update_params(seed, tmp_path):
+def first_update(seed, tmp_path):
+    """Initial env observations and parameters after the first update of a run."""
     cfg = tiny_train_config(total_steps=5, seed=seed)
     runner = make_runner(cfg, tmp_path / f"seed{seed}", eval_env=False)
     obs, critic_obs = runner._reset_envs()
+    first_obs = obs.clone()
     while not runner.learning_started():
         obs, critic_obs = runner.collect(obs, critic_obs)
     runner.learn()
     runner.env.close()
-    return [p.detach().clone() for p in runner.agent.parameters()]
+    return first_obs, [p.detach().clone() for p in runner.agent.parameters()]
 
 
 def test_same_seed_same_first_updates_different_seed_differs(tmp_path):
-    a, b, c = (first_update_params(s, tmp_path) for s in (3, 3, 4))
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    (obs_a, a), (obs_b, b), (obs_c, c) = (first_update(s, tmp_path) for s in (3, 3, 4))
+    assert torch.equal(obs_a, obs_b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(obs_a, obs_c)  # the run seed reaches the envs
     assert not all(torch.equal(x, z) for x, z in zip(a, c))
+
+
+def test_replay_stores_time_outs_with_their_final_observation(tmp_path):
+    """Known answer through the runner: at a time-out the stored transition is truncated, not
+    terminated, and its next observation is the env's final one, not the reset one."""
+    cfg = tiny_train_config(total_steps=10)
+    cfg.env.max_episode_steps = 5
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    seen = []
+    step = runner.env.step
+
+    def recording_step(actions):
+        result = step(actions)
+        seen.append(result)
+        return result
+
+    runner.env.step = recording_step
+    obs, critic_obs = runner._reset_envs()
+    for _ in range(6):
+        obs, critic_obs = runner.collect(obs, critic_obs)
+    reset_obs, _, dones, extras = seen[4]
+    assert dones.all() and extras["time_outs"].all()  # InvertedPendulum survives 5 steps
+    stored = runner.buffer.gather(torch.full((cfg.env.num_envs, 1), 4))
+    assert stored["truncated"].all() and not stored["terminated"].any()
+    assert torch.equal(stored["next_observations"], extras["final_observations"]["actor"])
+    assert not torch.equal(stored["next_observations"], reset_obs)
+    # and the next stored transition starts from the reset observation
+    assert torch.equal(runner.buffer.gather(torch.full((cfg.env.num_envs, 1), 5))["observations"], reset_obs)
+    runner.env.close()
 
 
 def test_training_writes_metrics_checkpoints_and_evaluates(tmp_path):
@@ -143,6 +175,8 @@ def test_resume_continues_step_counter_schedules_and_normalisers(tmp_path):
     assert second.global_step == 10
     assert torch.equal(second.agent.obs_normalizer.mean, mean_at_10)
     assert second.agent.critic_updates == first.agent.critic_updates
+    assert second.agent.critic_schedule.updates == first.agent.critic_schedule.updates > 0
+    assert second.agent.learning_rates() == first.agent.learning_rates()
     lr_before = second.agent.learning_rates()["critic_lr"]
     second.train()
     assert second.global_step == 20

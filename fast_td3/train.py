@@ -100,13 +100,20 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         if cfg.resume:
             cfg = _resumed_config(cfg)
+        elif (run_dir / RESOLVED_CONFIG).exists():
+            raise ConfigError(
+                f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
+            )
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
         # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
         atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
+        if hydra_cfg.runtime.choices.get("preset") is None and resolve_device(train_cfg.device).type == "cpu":
+            print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
         final = build_and_train(train_cfg, run_dir)
     except USER_ERRORS as error:
         print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)

@@ -200,3 +200,19 @@ def test_eval_writes_a_video_of_the_first_episode(tmp_path):
     frames = imageio.imread(video, index=None)
     assert frames.shape[0] == line["length_mean"] <= 12  # one frame per step of the episode
     assert frames.shape[-1] == 3 and frames.std() > 0  # a real rendered picture, not a blank
+
+
+def test_a_used_run_folder_is_never_trained_into_again(tmp_path):
+    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
+    before = ckpt.CheckpointManager(tmp_path / "run").all()
+    again = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
+    assert again.returncode == 2 and "already holds a run; continue it with resume=" in again.stderr
+    assert ckpt.CheckpointManager(tmp_path / "run").all() == before
+
+
+def test_eval_of_a_missing_checkpoint_says_so(tmp_path):
+    result = run([EVAL, str(tmp_path / "nowhere")], tmp_path)
+    assert result.returncode == 2 and "neither a checkpoint file nor a run folder" in result.stderr
+    (tmp_path / "empty_run").mkdir()
+    result = run([EVAL, str(tmp_path / "empty_run")], tmp_path)
+    assert result.returncode == 2 and "no checkpoint in" in result.stderr

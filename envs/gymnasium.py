@@ -1,16 +1,18 @@
 """Gymnasium MuJoCo tasks (`HalfCheetah-v5`, `Humanoid-v5`, ...) behind the env contract.
 
-The CPU default suite. Envs run through gymnasium's vector API with same-step
-auto-reset, in this process (`vectorization="sync"`) or one worker process per env
-(`"async"`, shared-memory observations). Each env gets its own seed derived from the
-run seed. Observations become float32 torch tensors on `device`; actions in [-1, 1]
-are clamped and rescaled to the env's action bounds.
+The CPU default suite. Envs step with same-step auto-reset, in this process
+(`vectorization="sync"`) or sharded over worker processes (`"processes"`, `num_workers`
+of them; see `envs/worker_pool.py`). `"auto"` (the default) uses workers only when each
+gets at least `ENVS_PER_WORKER` envs and there are 2 or more of them: below that the
+pipe round trip costs more than the stepping it spreads (scripts/bench_envs.py). Each env
+gets its own seed derived from the run seed. Observations become float32 torch tensors
+on `device`; actions in [-1, 1] are clamped and rescaled to the env's action bounds.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
+import functools
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -18,8 +20,16 @@ import numpy as np
 import torch
 
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.worker_pool import InProcess, WorkerPool
 
-VECTORIZATIONS = ("sync", "async")
+VECTORIZATIONS = ("auto", "sync", "processes")
+ENVS_PER_WORKER = 32
+
+
+def auto_workers(num_envs: int, cpus: int | None = None) -> int:
+    """Worker processes for `vectorization="auto"` (0: step in this process)."""
+    workers = min(cpus or os.cpu_count() or 1, num_envs // ENVS_PER_WORKER)
+    return workers if workers >= 2 else 0
 
 
 def tasks() -> list[str]:
@@ -39,7 +49,8 @@ class GymnasiumVecEnv:
         num_envs: number of parallel envs.
         seed: run seed; env `i` is seeded with `derive_env_seeds(seed, num_envs)[i]`.
         device: where returned tensors live.
-        vectorization: "sync" (in-process) or "async" (a worker process per env).
+        vectorization: "auto", "sync" (in this process) or "processes" (sharded over workers).
+        num_workers: worker processes for "processes" (0: one per CPU core).
         max_episode_steps: time limit (None: the task's registered limit).
         env_kwargs: keyword arguments for `gym.make` (e.g. reward weights).
         render_mode: "rgb_array" to allow `render()` (videos); None otherwise.
@@ -51,7 +62,8 @@ class GymnasiumVecEnv:
         num_envs: int,
         seed: int = 0,
         device: torch.device | str = "cpu",
-        vectorization: str = "sync",
+        vectorization: str = "auto",
+        num_workers: int = 0,
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
         render_mode: str | None = None,
@@ -67,30 +79,20 @@ class GymnasiumVecEnv:
         make_kwargs = dict(env_kwargs or {})
         if render_mode is not None:
             make_kwargs["render_mode"] = render_mode
-        limit = self.max_episode_steps
-
-        def make_one() -> gym.Env:
-            return gym.make(task, max_episode_steps=limit, **make_kwargs)
-
-        def make_in_worker() -> gym.Env:
-            # Ctrl-C / SIGTERM reach the whole process group: the trainer decides when to
-            # stop, and the workers must live until it closes them.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            return make_one()
-
-        autoreset = gym.vector.AutoresetMode.SAME_STEP
-        if vectorization == "async":
-            context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-            self._vec = gym.vector.AsyncVectorEnv(
-                [make_in_worker] * self.num_envs, shared_memory=True, context=context, autoreset_mode=autoreset
-            )
+        make_env = functools.partial(gym.make, task, max_episode_steps=self.max_episode_steps, **make_kwargs)
+        if vectorization == "auto":
+            num_workers = auto_workers(self.num_envs)
+            vectorization = "processes" if num_workers else "sync"
+        self.vectorization = vectorization
+        if vectorization == "processes":
+            self._vec: InProcess | WorkerPool = WorkerPool(make_env, self.num_envs, num_workers or os.cpu_count() or 1)
         else:
-            self._vec = gym.vector.SyncVectorEnv([make_one] * self.num_envs, autoreset_mode=autoreset)
+            self._vec = InProcess(make_env, self.num_envs)
 
         obs_space = self._vec.single_observation_space
         act_space = self._vec.single_action_space
         if len(obs_space.shape) != 1 or len(act_space.shape) != 1:
+            self._vec.close()
             raise ValueError(f"{task}: only flat Box observation and action spaces are supported")
         self.num_obs = int(obs_space.shape[0])
         self.num_critic_obs = None
@@ -109,7 +111,7 @@ class GymnasiumVecEnv:
         else:
             seeds = None  # continue each env's own random stream
         self._seeded = True
-        obs, _ = self._vec.reset(seed=seeds)
+        obs = self._vec.reset(seeds)
         obs_t = self._tensor(obs)
         return obs_t, {OBSERVATIONS: {ACTOR: obs_t}}
 
@@ -117,13 +119,7 @@ class GymnasiumVecEnv:
         if not self._seeded:
             raise RuntimeError("call reset() before step()")
         scaled = self._action_low + (actions.detach().clamp(-1.0, 1.0).double().cpu().numpy() + 1.0) * self._action_scale
-        obs, rewards, terminated, truncated, info = self._vec.step(scaled)
-        final_obs = obs
-        finished = info.get("_final_obs")
-        if finished is not None and finished.any():
-            final_obs = obs.copy()
-            for i in np.flatnonzero(finished):
-                final_obs[i] = info["final_obs"][i]
+        obs, rewards, terminated, truncated, final_obs = self._vec.step(scaled)
         obs_t = self._tensor(obs)
         time_outs = truncated & ~terminated
         extras = {
@@ -136,16 +132,11 @@ class GymnasiumVecEnv:
         return obs_t, rewards_t, dones_t, extras
 
     def close(self) -> None:
-        try:
-            self._vec.close()
-        except (BrokenPipeError, EOFError, ConnectionResetError):  # a worker already died
-            self._vec.close(terminate=True)
+        self._vec.close()
 
     def render(self, env_index: int = 0) -> np.ndarray:
         """An RGB frame of one env (the env must have been made with render_mode='rgb_array')."""
-        if isinstance(self._vec, gym.vector.SyncVectorEnv):
-            return np.asarray(self._vec.envs[env_index].render())
-        return np.asarray(self._vec.call("render")[env_index])
+        return self._vec.render(env_index)
 
     # --------------------------------------------------------------- helpers
     def _tensor(self, array: np.ndarray) -> torch.Tensor:

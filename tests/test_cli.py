@@ -64,7 +64,7 @@ def test_hydra_syntax_passes_the_friendly_checks():
 
     for fine in (["hydra/job_logging=disabled"], ["task=choice(Hopper-v5,Ant-v5)"], ["task=glob(*)"],
                  ["+env.options.env_kwargs.ctrl_cost_weight=0"], ["task=Hopper-v5,Ant-v5", "seed=1,2"],
-                 ["env.options.vectorization=async"], ["--cfg", "job"]):
+                 ["env.options.vectorization=processes"], ["--cfg", "job"]):
         assert check_command_line(fine) is None, fine
     assert "Unknown task 'Hoper-v5'" in check_command_line(["task=Ant-v5,Hoper-v5"])
     assert "Unknown config key 'sed'" in check_command_line(["sed=1"])
@@ -159,9 +159,9 @@ def test_resume_refuses_group_changes(tmp_path):
 
 
 def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path):
-    """A scheduler's SIGTERM reaches the trainer and its env workers (async): the run saves a
+    """A scheduler's SIGTERM reaches the trainer and its env worker processes: the run saves a
     checkpoint of a whole global step, says how to resume, and the resume finishes."""
-    cmd = [TRAIN, *QUICK, "env.options.vectorization=async", "total_steps=100000", "save_interval=0",
+    cmd = [TRAIN, *QUICK, "env.options.vectorization=processes", "total_steps=100000", "save_interval=0",
            "eval_interval=0", "logger.log_interval=20", "algo.learning_starts=3", "hydra.run.dir=run"]
     process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)

@@ -27,11 +27,43 @@ class TestGymnasiumContract(EnvContractTests):
         return torch.from_numpy(np.asarray(obs, dtype=np.float32))
 
 
-class TestGymnasiumAsyncContract(TestGymnasiumContract):
-    """The same contract with one worker process per env."""
+class TestGymnasiumWorkerProcessesContract(TestGymnasiumContract):
+    """The same contract with the envs sharded over 3 worker processes (uneven shards)."""
+
+    num_envs = 5
 
     def make_env(self, seed, num_envs, **options):
-        return GymnasiumVecEnv(TASK, num_envs, seed=seed, vectorization="async", **options)
+        return GymnasiumVecEnv(TASK, num_envs, seed=seed, vectorization="processes", num_workers=3, **options)
+
+
+def test_worker_processes_step_exactly_like_in_process_envs():
+    a = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5)
+    b = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5, vectorization="processes", num_workers=4,
+                        max_episode_steps=1000)
+    assert torch.equal(a.reset()[0], b.reset()[0])
+    g = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        actions = torch.rand(6, a.num_actions, generator=g) * 2 - 1
+        for x, y in zip(a.step(actions)[:3], b.step(actions)[:3]):
+            assert torch.equal(x, y)
+    a.close(), b.close()
+
+
+def test_auto_vectorization_uses_workers_only_for_big_shards():
+    from envs.gymnasium import auto_workers
+
+    assert auto_workers(16, cpus=2) == 0 and auto_workers(63, cpus=8) == 0  # < 2 shards of 32
+    assert auto_workers(64, cpus=2) == 2 and auto_workers(128, cpus=2) == 2
+    assert auto_workers(1024, cpus=16) == 16 and auto_workers(128, cpus=16) == 4
+    assert GymnasiumVecEnv(TASK, 4).vectorization == "sync"
+
+
+def test_a_failing_worker_reports_its_error():
+    env = GymnasiumVecEnv(TASK, 2, seed=0, vectorization="processes", num_workers=2)
+    env.reset()
+    with pytest.raises(RuntimeError, match="render"):  # made without render_mode
+        env.render(1)
+    env.close()
 
 
 def test_actions_are_rescaled_to_the_env_bounds():

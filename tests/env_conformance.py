@@ -8,7 +8,8 @@ A suite's test module subclasses `EnvContractTests` and provides:
   plain simulator, without auto-reset or time limit, from the state the adapter's env
   `env_index` starts in when seeded with `seed` (and `num_envs` envs); applies the
   given actions (in [-1, 1], the adapter's convention) and returns the observation the
-  simulator produced after the last one, as a 1-D tensor;
+  simulator produced after the last one: a 1-D tensor, or for an asymmetric adapter a
+  dict `{ACTOR: tensor, CRITIC: tensor}`;
 - `terminating_actions(env, generator)`: actions that make episodes terminate soon
   (so terminations are seen within `max_steps`).
 
@@ -62,6 +63,13 @@ class EnvContractTests:
             results.append(env.step(actions.to(env.device)))
         return results
 
+    def _assert_final_matches(self, extras, env_index: int, expected) -> None:
+        groups = expected if isinstance(expected, dict) else {ACTOR: expected}
+        for group, value in groups.items():
+            actual = extras[FINAL_OBSERVATIONS][group][env_index]
+            torch.testing.assert_close(actual.cpu(), value.float().cpu(), atol=self.atol, rtol=1e-5,
+                                       msg=lambda m: f"env {env_index}, final {group} observation: {m}")
+
     # ---------------------------------------------------------------- tests
     def test_attributes_shapes_dtypes_device(self):
         env = self._env()
@@ -110,7 +118,7 @@ class EnvContractTests:
         for i in done_ids:
             assert not torch.allclose(final[i], obs[i]), f"env {i}: final observation equals the reset observation"
             expected = self.reference_observation(seed, i, [a[i] for a in actions_taken])
-            torch.testing.assert_close(final[i].cpu(), expected.float().cpu(), atol=self.atol, rtol=1e-5)
+            self._assert_final_matches(extras, i, expected)
 
     def test_time_outs_are_truncations_with_the_simulators_final_observation(self):
         seed = 3
@@ -126,7 +134,7 @@ class EnvContractTests:
         final = extras[FINAL_OBSERVATIONS][ACTOR]
         for i in range(env.num_envs):
             expected = self.reference_observation(seed, i, [zero[i].cpu()] * self.short_time_limit)
-            torch.testing.assert_close(final[i].cpu(), expected.float().cpu(), atol=self.atol, rtol=1e-5)
+            self._assert_final_matches(extras, i, expected)
             assert not torch.allclose(final[i], obs[i]), f"env {i}: the time-out's final observation is the reset one"
 
     def test_terminations_are_not_time_outs_even_at_the_limit(self):

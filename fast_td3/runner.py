@@ -113,19 +113,24 @@ class EpisodeStats:
         self.returns *= 1 - done
         self.lengths *= 1 - done
 
-    def read(self) -> dict[str, float]:
-        """Means over the episodes finished since the last read (empty when none finished)."""
-        count = self.finished.item()
-        out = {}
-        if count > 0:
-            out = {
-                "train/episode_return": (self.return_sum / count).item(),
-                "train/episode_length": (self.length_sum / count).item(),
-                "train/episodes": count,
-            }
+    def read(self) -> dict[str, torch.Tensor]:
+        """Sums since the last read as device scalars (`train/episodes` is their count), then zeroed."""
+        out = {
+            "train/episodes": self.finished.clone(),
+            "train/episode_return": self.return_sum.clone(),
+            "train/episode_length": self.length_sum.clone(),
+        }
         for t in (self.finished, self.return_sum, self.length_sum):
             t.zero_()
         return out
+
+
+def _to_host(scalars: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Device scalars to floats with one transfer (one sync per log, not one per metric)."""
+    if not scalars:
+        return {}
+    values = torch.stack([v.detach().float().reshape(()) for v in scalars.values()]).tolist()
+    return dict(zip(scalars, values))
 
 
 class Runner:
@@ -178,7 +183,7 @@ class Runner:
         self._actor_metrics: TensorDict | None = None
         self._updates_since_log = 0
         self._first_update_in_interval = False
-        self._warm = False
+        self._updated_in_this_process = False
         self.stop_requested = False
 
     # ================================================================ the loop
@@ -294,8 +299,8 @@ class Runner:
     def learn(self) -> None:
         """`num_updates` critic updates (the actor on its own schedule) on fresh samples."""
         algo = self.cfg.algo
-        if not self._warm:  # this process's first update compiles
-            self._warm = self._first_update_in_interval = True
+        if not self._updated_in_this_process:  # the first update compiles
+            self._updated_in_this_process = self._first_update_in_interval = True
         for _ in range(algo.num_updates):
             batch = self.buffer.sample(algo.batch_size, generator=self.sample_generator)
             metrics = self.agent.update(batch)
@@ -306,19 +311,22 @@ class Runner:
 
     # ================================================================ log
     def log(self, interval: "_IntervalClock") -> None:
-        metrics = self.episodes.read()
+        device_metrics = self.episodes.read()
         if self._critic_metrics is not None:
             m = self._critic_metrics
-            metrics.update({
-                "loss/critic": m["critic_loss"].item(),
-                "q/mean": m["q_mean"].item(),
-                "q/min": m["q_min"].item(),
-                "q/max": m["q_max"].item(),
-                "grad_norm/critic": m["critic_grad_norm"].item(),
+            device_metrics.update({
+                "loss/critic": m["critic_loss"], "q/mean": m["q_mean"], "q/min": m["q_min"],
+                "q/max": m["q_max"], "grad_norm/critic": m["critic_grad_norm"],
             })
         if self._actor_metrics is not None:
-            metrics["loss/actor"] = self._actor_metrics["actor_loss"].item()
-            metrics["grad_norm/actor"] = self._actor_metrics["actor_grad_norm"].item()
+            device_metrics["loss/actor"] = self._actor_metrics["actor_loss"]
+            device_metrics["grad_norm/actor"] = self._actor_metrics["actor_grad_norm"]
+        metrics = _to_host(device_metrics)
+        episodes = metrics.pop("train/episodes")
+        return_sum, length_sum = metrics.pop("train/episode_return"), metrics.pop("train/episode_length")
+        if episodes > 0:  # means over the episodes that finished since the last log
+            metrics.update({"train/episode_return": return_sum / episodes,
+                            "train/episode_length": length_sum / episodes, "train/episodes": episodes})
         metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
         seconds, steps = interval.lap(self.global_step)
         # The interval holding the first update includes compilation: not a throughput.

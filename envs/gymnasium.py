@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
-from envs.worker_pool import InProcess, WorkerPool
+from envs.worker_pool import InProcess, WorkerPool, available_cpus
 
 VECTORIZATIONS = ("auto", "sync", "processes")
 ENVS_PER_WORKER = 32
@@ -28,7 +28,7 @@ ENVS_PER_WORKER = 32
 
 def auto_workers(num_envs: int, cpus: int | None = None) -> int:
     """Worker processes for `vectorization="auto"` (0: step in this process)."""
-    workers = min(cpus or os.cpu_count() or 1, num_envs // ENVS_PER_WORKER)
+    workers = min(cpus or available_cpus(), num_envs // ENVS_PER_WORKER)
     return workers if workers >= 2 else 0
 
 
@@ -85,7 +85,7 @@ class GymnasiumVecEnv:
             vectorization = "processes" if num_workers else "sync"
         self.vectorization = vectorization
         if vectorization == "processes":
-            self._vec: InProcess | WorkerPool = WorkerPool(make_env, self.num_envs, num_workers or os.cpu_count() or 1)
+            self._vec: InProcess | WorkerPool = WorkerPool(make_env, self.num_envs, num_workers or available_cpus())
         else:
             self._vec = InProcess(make_env, self.num_envs)
 

@@ -14,8 +14,10 @@ measured; in-process stepping is faster still for cheap envs (see scripts/bench_
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import traceback
+import weakref
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -77,11 +79,15 @@ class _Shared:
         self.truncated = view("truncated", np.bool_)
 
 
-def _worker(conn, make_env: EnvFactory, lo: int, hi: int, raw: dict[str, Any], sizes: tuple[int, int, int]) -> None:
+def _worker(conn, parent_ends, make_env: EnvFactory, lo: int, hi: int, raw: dict[str, Any], sizes) -> None:
     # Ctrl-C and SIGTERM reach the whole process group; the trainer decides when to stop
-    # and closes its workers itself.
+    # and closes its workers itself (with SIGKILL when they do not answer).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Close the parent's pipe ends this fork inherited, so that when the trainer dies the
+    # worker reads end-of-file and exits instead of living on as an orphan.
+    for end in parent_ends:
+        end.close()
     try:
         vec = _sync_vector_env(make_env, hi - lo)
         shared = _Shared(raw, *sizes)
@@ -105,12 +111,37 @@ def _worker(conn, make_env: EnvFactory, lo: int, hi: int, raw: dict[str, Any], s
                 vec.close()
                 conn.send(("ok", None))
                 return
+    except (EOFError, OSError):  # the trainer is gone
+        return
     except Exception:  # report to the trainer instead of dying silently
-        conn.send(("error", traceback.format_exc()))
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+
+
+def _kill(processes: list, conns: list) -> None:
+    """Last resort (also at interpreter exit): workers ignore SIGTERM, so SIGKILL them."""
+    for conn in conns:
+        conn.close()
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5)
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (affinity and container limits included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class WorkerPool:
     """`num_envs` envs sharded over `num_workers` processes (fork where available)."""
+
+    CLOSE_TIMEOUT_S = 10.0
 
     def __init__(self, make_env: EnvFactory, num_envs: int, num_workers: int) -> None:
         probe = make_env()
@@ -135,16 +166,24 @@ class WorkerPool:
         self._shared = _Shared(raw, *sizes)
         bounds = np.linspace(0, num_envs, self.num_workers + 1).astype(int)
         self._shards = list(zip(bounds[:-1], bounds[1:]))
-        self._conns, self._processes = [], []
-        for lo, hi in self._shards:
-            parent, child = context.Pipe()
-            process = context.Process(target=_worker, args=(child, make_env, int(lo), int(hi), raw, sizes), daemon=True)
-            process.start()
-            child.close()
-            self._conns.append(parent)
-            self._processes.append(process)
+        self._conns: list = []
+        self._processes: list = []
         self._closed = False
-        self._collect()
+        # Kills the workers if this pool is never closed (garbage collection or exit).
+        self._finalizer = weakref.finalize(self, _kill, self._processes, self._conns)
+        try:
+            for lo, hi in self._shards:
+                parent, child = context.Pipe()
+                self._conns.append(parent)
+                args = (child, list(self._conns), make_env, int(lo), int(hi), raw, sizes)
+                process = context.Process(target=_worker, args=args, daemon=True)
+                process.start()
+                child.close()
+                self._processes.append(process)
+            self._collect()
+        except BaseException:
+            self.close()
+            raise
 
     def _collect(self) -> list[Any]:
         results = []
@@ -186,16 +225,19 @@ class WorkerPool:
         raise IndexError(env_index)
 
     def close(self) -> None:
+        """Ask every worker to close its envs; kill those that do not answer in time."""
         if self._closed:
             return
         self._closed = True
         for conn in self._conns:
             try:
                 conn.send(("close", None))
-                conn.recv()
-            except (BrokenPipeError, EOFError, ConnectionResetError):
+            except OSError:
                 pass
-        for process in self._processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.terminate()
+        for conn in self._conns:
+            try:
+                if conn.poll(self.CLOSE_TIMEOUT_S):
+                    conn.recv()
+            except Exception:  # a dead worker or a reply torn by an interrupt: kill below
+                pass
+        self._finalizer()

@@ -87,6 +87,19 @@ class CheckpointManager:
             old.unlink(missing_ok=True)
         return path
 
+    def set_aside_after(self, step: int) -> list[Path]:
+        """Move checkpoints newer than `step` into `checkpoints/abandoned_<N>/` (a resume from
+        an older checkpoint starts another history; nothing is deleted)."""
+        later = [p for p in self.all() if step_of(p) > step]
+        if not later:
+            return []
+        target = self.dir / f"abandoned_{len(list(self.dir.glob('abandoned_*'))) + 1}"
+        target.mkdir()
+        moved = []
+        for path in later:
+            moved.append(path.rename(target / path.name))
+        return moved
+
     def all(self) -> list[Path]:
         """Checkpoint files, oldest first."""
         if not self.dir.is_dir():
@@ -106,6 +119,8 @@ class CheckpointManager:
 def find_checkpoint(path: str | Path) -> Path:
     """A checkpoint file from a file path or a run folder (its latest checkpoint)."""
     path = Path(path).expanduser()
+    if path.is_file() and path.name == LATEST:  # the pointer file itself
+        path = path.parent.parent
     if path.is_file():
         return path
     if path.is_dir():
@@ -121,4 +136,6 @@ def run_dir_of(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if path.is_file() and path.parent.name == CHECKPOINT_DIR:
         return path.parent.parent
-    return path if path.is_dir() else path.parent
+    if path.is_file():
+        return path.parent
+    return path  # a run folder, or a path that does not exist (reported by the caller)

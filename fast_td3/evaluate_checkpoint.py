@@ -10,7 +10,9 @@ JSON object: task, checkpoint, step, episodes, return_mean, return_std, length_m
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -100,6 +102,14 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--video", default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
     parser.add_argument("--video-fps", type=int, default=30)
     args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error("--episodes must be at least 1")
+    if args.video is not None:
+        # headless rendering; must be chosen before MuJoCo is imported
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
+            parser.error(f'writing {Path(args.video).suffix} videos needs ffmpeg: pip install -e ".[video]" '
+                         "(or write a .gif)")
     try:
         result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps)
     except (FileNotFoundError, MissingSuiteError, UnknownTaskError, ValueError) as error:

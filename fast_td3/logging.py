@@ -114,13 +114,8 @@ class ConsoleProgress:
         if self._progress is not None:
             self._progress.update(self._task_id, completed=step, summary=self._summary_text())
         else:
-            print(f"[{self.task}] step {step}/{self.total} | {self._summary_text()}", flush=True)
-
-    def message(self, text: str) -> None:
-        if self._progress is not None:
-            self._progress.console.print(text)
-        else:
-            print(text, flush=True)
+            summary = self._summary_text()
+            print(f"[{self.task}] step {step}/{self.total}" + (f" | {summary}" if summary else ""), flush=True)
 
     def close(self) -> None:
         if self._progress is not None:
@@ -191,10 +186,6 @@ class MetricsLogger:
             self._wandb.log(dict(metrics), step=step)
         if self.console is not None:
             self.console.log(step, metrics)
-
-    def message(self, text: str) -> None:
-        if self.console is not None:
-            self.console.message(text)
 
     def close(self) -> None:
         if self.console is not None:

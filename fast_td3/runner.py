@@ -8,6 +8,7 @@ checkpoints, the NaN guard) happens between steps, never inside the update.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -46,9 +47,9 @@ class CheckpointMismatchError(ValueError):
 class TrainingStopped(Exception):
     """SIGINT/SIGTERM stopped the run after a whole global step, with a checkpoint."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
-        super().__init__(f"stopped at global step {step}; checkpoint saved to {checkpoint}")
-        self.step, self.checkpoint = step, checkpoint
+    def __init__(self, step: int, checkpoint: Path, signum: int) -> None:
+        super().__init__(f"Stopped at global step {step}; checkpoint saved to {checkpoint}")
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
 
 
 @contextmanager
@@ -62,7 +63,9 @@ def stop_signals_set_flag(runner: "Runner"):
     def handler(signum, frame):
         if runner.stop_requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        runner.stop_requested = True
+        if not runner.stop_requested:
+            os.write(2, b"\nStopping after this global step with a checkpoint (Ctrl-C again to abort)...\n")
+        runner.stop_requested = signum
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -184,7 +187,7 @@ class Runner:
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._updated_in_this_process = False
-        self.stop_requested = False
+        self.stop_requested: int = 0  # the signal that asked to stop
 
     # ================================================================ the loop
     def train(self) -> dict[str, float]:
@@ -211,9 +214,7 @@ class Runner:
                         with interval.paused():
                             self.save()
                     if self.stop_requested:
-                        path = self.save()
-                        logger.message(f"Stopped at step {self.global_step}; checkpoint saved to {path}")
-                        raise TrainingStopped(self.global_step, path)
+                        raise TrainingStopped(self.global_step, self.save(), self.stop_requested)
                 final = self.evaluate()
                 self.save()
                 return final
@@ -384,7 +385,8 @@ class Runner:
 
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: step counter, schedules, normalisers, noise, RNG streams."""
-        state = ckpt.load(ckpt.find_checkpoint(path))
+        path = ckpt.find_checkpoint(path)
+        state = ckpt.load(path)
         shape = self._env_shape()
         if state["env"] != shape:
             raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")
@@ -399,6 +401,10 @@ class Runner:
         random.setstate((3, tuple(rng["python"]), None))
         if "buffer" in state:
             self.buffer.load_state_dict(state["buffer"])
+        if ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
+            # Continuing from an older checkpoint of this run: what came after it is another
+            # history; keep those files aside rather than mixing or pruning them.
+            self.checkpoints.set_aside_after(self.global_step)
 
     def _make_logger(self) -> MetricsLogger:
         return MetricsLogger(

@@ -63,10 +63,11 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
         raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
     saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    groups = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("task", "suite", "preset", "algo", "logger")]
-    if groups:
+    fixed = ("task", "suite", "preset", "algo", "logger", "seed")
+    refused = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in fixed]
+    if refused:
         raise ConfigError(
-            f"cannot change config groups of a resumed run ({', '.join(groups)}); "
+            f"cannot change the task, config groups or seed of a resumed run ({', '.join(refused)}); "
             "override individual keys instead, e.g. total_steps=200000"
         )
     saved.merge_with_dotlist(overrides)
@@ -104,6 +105,7 @@ def main(cfg: DictConfig) -> float | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         if cfg.resume:
+            find_checkpoint(cfg.resume)  # fail before touching the run folder
             cfg = _resumed_config(cfg)
         elif (run_dir / RESOLVED_CONFIG).exists():
             raise ConfigError(
@@ -112,7 +114,8 @@ def main(cfg: DictConfig) -> float | None:
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
         # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
         atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
-        if hydra_cfg.runtime.choices.get("preset") is None and resolve_device(train_cfg.device).type == "cpu":
+        full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
+        if full_size and resolve_device(train_cfg.device).type == "cpu":
             print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
         final = build_and_train(train_cfg, run_dir)
     except USER_ERRORS as error:
@@ -120,6 +123,10 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(3 if isinstance(error, NonFiniteObservationError) else 2)
     except TrainingStopped as stopped:
         print(f"{stopped}. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
+        sys.exit(128 + stopped.signum)
+    except KeyboardInterrupt:  # a second Ctrl-C: aborted mid-step, no new checkpoint
+        print(f"Aborted. Continue from the last checkpoint with: fast-td3-train resume={run_dir}",
+              file=sys.stderr, flush=True)
         sys.exit(130)
     print(f"Run folder: {run_dir}", flush=True)
     return final.get("eval/return_mean")
@@ -181,6 +188,8 @@ def check_command_line(args: list[str]) -> str | None:
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
+        if key == "resume" and value not in ("", "null") and not Path(value).expanduser().exists():
+            return f"resume={value}: no such run folder or checkpoint file"
         if key.startswith(("+", "~", "hydra")) or "/" in key or key in ("suite", "preset", "algo", "logger"):
             continue
         if key == "task":

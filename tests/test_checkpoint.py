@@ -30,6 +30,7 @@ def test_manager_keeps_the_newest_and_points_at_the_latest(tmp_path):
     assert ckpt.find_checkpoint(tmp_path) == manager.latest()
     assert ckpt.find_checkpoint(manager.all()[0]) == manager.all()[0]
     assert ckpt.run_dir_of(manager.latest()) == tmp_path
+    assert ckpt.find_checkpoint(tmp_path / "checkpoints" / "latest") == manager.latest()  # the pointer file
     # a stale pointer falls back to the newest file
     (tmp_path / "checkpoints" / "latest").write_text("step_000000999.pt")
     assert manager.latest().name == "step_000000015.pt"
@@ -40,3 +41,15 @@ def test_missing_checkpoints_are_reported_clearly(tmp_path):
         ckpt.find_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="neither a checkpoint file nor a run folder"):
         ckpt.find_checkpoint(tmp_path / "nope")
+
+
+def test_older_checkpoints_start_another_history_without_losing_files(tmp_path):
+    manager = ckpt.CheckpointManager(tmp_path, keep=5)
+    for step in (10, 20, 30):
+        manager.save({"global_step": step}, step)
+    moved = manager.set_aside_after(10)
+    assert [p.name for p in moved] == ["step_000000020.pt", "step_000000030.pt"]
+    assert all(p.parent.name == "abandoned_1" and p.is_file() for p in moved)
+    assert [ckpt.step_of(p) for p in manager.all()] == [10] and ckpt.step_of(manager.latest()) == 10
+    manager.save({"global_step": 15}, 15)
+    assert [ckpt.step_of(p) for p in manager.all()] == [10, 15]

@@ -110,9 +110,33 @@ def test_run_folder_layout_and_multirun(tmp_path):
     assert folder.name.endswith("_9") and (folder / "metrics.jsonl").is_file()
 
 
+def children_of(pid):
+    """PIDs whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
+    """kill -9 mid-training (env worker processes included): the latest checkpoint is whole,
+    no worker outlives the trainer, and a resume finishes the run."""
     total = 400
-    cmd = [TRAIN, *QUICK, f"total_steps={total}", "save_interval=25", "eval_interval=0", "hydra.run.dir=run"]
+    cmd = [TRAIN, *QUICK, f"total_steps={total}", "save_interval=25", "eval_interval=0", "hydra.run.dir=run",
+           "env.options.vectorization=processes", "env.options.num_workers=2"]
     process = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     manager = ckpt.CheckpointManager(tmp_path / "run")
     deadline = time.time() + 240
@@ -122,8 +146,14 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
             break
         assert process.poll() is None, process.stderr.read()
         time.sleep(0.05)
+    workers = children_of(process.pid)
+    assert len(workers) >= 2
     process.send_signal(signal.SIGKILL)
     process.wait()
+    deadline = time.time() + 20
+    while any(alive(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(w) for w in workers), "env workers outlived the killed trainer"
     killed_at = ckpt.step_of(manager.latest())
     assert 100 <= killed_at < total
     state = ckpt.load(manager.latest())  # the latest checkpoint is whole
@@ -151,11 +181,17 @@ def test_resume_overrides_are_kept_for_later_resumes(tmp_path):
     assert list((tmp_path / "run" / ".hydra").glob("resumed_*/overrides.yaml"))  # and each resume's
 
 
-def test_resume_refuses_group_changes(tmp_path):
+def test_resume_refuses_group_and_seed_changes_and_missing_folders(tmp_path):
     first = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
     assert first.returncode == 0, first.stderr
-    result = run([TRAIN, "resume=run", "task=Hopper-v5"], tmp_path)
-    assert result.returncode == 2 and "cannot change config groups" in result.stderr
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    for change in ("task=Hopper-v5", "seed=5"):
+        result = run([TRAIN, "resume=run", change], tmp_path)
+        assert result.returncode == 2 and "cannot change the task, config groups or seed" in result.stderr
+    assert (tmp_path / "run" / "config.yaml").read_text() == config
+    typo = run([TRAIN, "resume=rnu"], tmp_path)
+    assert typo.returncode == 2 and "resume=rnu: no such run folder or checkpoint file" in typo.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # nothing created for the typo
 
 
 def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path):
@@ -173,8 +209,9 @@ def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path)
     logged = read_metrics(tmp_path / "run")[-1]["step"]
     os.killpg(process.pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
+    assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "Continue with: fast-td3-train resume=" in stderr and "Traceback" not in stderr
+    assert stderr.count("checkpoint saved to") == 1
     state = ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())
     step, agent = state["global_step"], state["agent"]
     assert step >= logged
@@ -211,6 +248,7 @@ def test_a_used_run_folder_is_never_trained_into_again(tmp_path):
 
 
 def test_eval_of_a_missing_checkpoint_says_so(tmp_path):
+    assert run([EVAL, "run", "--episodes", "0"], tmp_path).returncode == 2
     result = run([EVAL, str(tmp_path / "nowhere")], tmp_path)
     assert result.returncode == 2 and "neither a checkpoint file nor a run folder" in result.stderr
     (tmp_path / "empty_run").mkdir()

@@ -1,5 +1,12 @@
 """The gymnasium MuJoCo adapter against the env contract and the plain simulator."""
 
+import functools
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -37,16 +44,58 @@ class TestGymnasiumWorkerProcessesContract(TestGymnasiumContract):
 
 
 def test_worker_processes_step_exactly_like_in_process_envs():
-    a = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5)
-    b = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5, vectorization="processes", num_workers=4,
-                        max_episode_steps=1000)
-    assert torch.equal(a.reset()[0], b.reset()[0])
-    g = torch.Generator().manual_seed(0)
-    for _ in range(30):
-        actions = torch.rand(6, a.num_actions, generator=g) * 2 - 1
-        for x, y in zip(a.step(actions)[:3], b.step(actions)[:3]):
-            assert torch.equal(x, y)
-    a.close(), b.close()
+    """Same seeds, same actions: identical results, episode ends and final observations included."""
+    a = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5, max_episode_steps=7)
+    b = GymnasiumVecEnv("HalfCheetah-v5", 6, seed=5, max_episode_steps=7, vectorization="processes", num_workers=4)
+    try:
+        assert torch.equal(a.reset()[0], b.reset()[0])
+        g = torch.Generator().manual_seed(0)
+        ended = 0
+        for _ in range(20):
+            actions = torch.rand(6, a.num_actions, generator=g) * 2 - 1
+            (oa, ra, da, ea), (ob, rb, db, eb) = a.step(actions), b.step(actions)
+            assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
+            assert torch.equal(ea["time_outs"], eb["time_outs"])
+            assert torch.equal(ea["final_observations"]["actor"], eb["final_observations"]["actor"])
+            ended += int(da.sum())
+        assert ended == 6 * 2  # two time-outs per env went through the shared arrays
+    finally:
+        a.close(), b.close()
+
+
+def _fails_in_one_worker(parent_pid, claimed):
+    """Builds the env, except in the first worker process that asks (which raises)."""
+    if os.getpid() != parent_pid:
+        with claimed.get_lock():
+            first = claimed.value == 0
+            if first:
+                claimed.value = os.getpid()
+        if first or claimed.value == os.getpid():
+            raise RuntimeError("this worker cannot build its env")
+    return gym.make(TASK)
+
+
+def test_a_worker_failing_at_construction_reports_and_leaves_no_process():
+    """One worker fails, the other is healthy: the error surfaces and both processes are gone."""
+    from envs.worker_pool import WorkerPool
+
+    claimed = mp.get_context("fork").Value("i", 0)
+    before = set(mp.active_children())
+    with pytest.raises(RuntimeError, match="cannot build its env"):
+        WorkerPool(functools.partial(_fails_in_one_worker, os.getpid(), claimed), num_envs=4, num_workers=2)
+    assert set(mp.active_children()) == before
+
+
+def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit(tmp_path):
+    script = tmp_path / "unclosed.py"
+    script.write_text(
+        "from envs.gymnasium import GymnasiumVecEnv\n"
+        f"env = GymnasiumVecEnv('{TASK}', 4, vectorization='processes', num_workers=2)\n"
+        "env.reset()\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], timeout=60, capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
 
 
 def test_auto_vectorization_uses_workers_only_for_big_shards():
@@ -60,10 +109,12 @@ def test_auto_vectorization_uses_workers_only_for_big_shards():
 
 def test_a_failing_worker_reports_its_error():
     env = GymnasiumVecEnv(TASK, 2, seed=0, vectorization="processes", num_workers=2)
-    env.reset()
-    with pytest.raises(RuntimeError, match="render"):  # made without render_mode
-        env.render(1)
-    env.close()
+    try:
+        env.reset()
+        with pytest.raises(RuntimeError, match="render"):  # made without render_mode
+            env.render(1)
+    finally:
+        env.close()
 
 
 def test_actions_are_rescaled_to_the_env_bounds():

@@ -224,3 +224,18 @@ def test_evaluation_uses_its_own_envs_and_fixed_seeds(tmp_path):
     assert (runner.env.steps, runner.env.resets) == (steps, resets) == (10, 1)
     assert first == second  # same policy, same eval seeds: the same episodes
     runner.env.close(), runner.eval_env.close()
+
+
+def test_resuming_from_an_older_checkpoint_sets_later_ones_aside(tmp_path):
+    cfg = tiny_train_config(total_steps=30)
+    cfg.save_interval, cfg.keep_checkpoints = 10, 5
+    first = make_runner(cfg, tmp_path, eval_env=False)
+    first.train()
+    first.env.close()
+    second = make_runner(cfg, tmp_path, eval_env=False)
+    second.load(tmp_path / "checkpoints" / "step_000000010.pt")
+    assert second.global_step == 10
+    assert [ckpt.step_of(p) for p in second.checkpoints.all()] == [10]
+    aside = sorted(p.name for p in (tmp_path / "checkpoints" / "abandoned_1").iterdir())
+    assert aside == ["step_000000020.pt", "step_000000030.pt"]
+    second.env.close()

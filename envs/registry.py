@@ -53,12 +53,17 @@ class UnknownTaskError(ValueError):
     """A task id that the chosen suite does not provide."""
 
 
-def unknown_name_message(kind: str, name: str, valid: list[str], where: str) -> str:
-    """'unknown task 'X' for suite Y; did you mean 'Z'? valid: ...' with the nearest match."""
+def did_you_mean(kind: str, name: str, valid: list[str], where: str) -> str:
+    """"Unknown task 'X' for Y. Did you mean 'Z'?" with the nearest valid name (case-insensitive)."""
     lowered = {v.lower(): v for v in valid}
     nearest = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
     hint = f" Did you mean '{lowered[nearest[0]]}'?" if nearest else ""
-    return f"Unknown {kind} '{name}' for {where}.{hint} Valid {kind}s: {', '.join(sorted(valid))}"
+    return f"Unknown {kind} '{name}' for {where}.{hint}"
+
+
+def unknown_name_message(kind: str, name: str, valid: list[str], where: str) -> str:
+    """`did_you_mean` followed by every valid name."""
+    return f"{did_you_mean(kind, name, valid, where)} Valid {kind}s: {', '.join(sorted(valid))}"
 
 
 def get_suite(name: str) -> Suite:

@@ -18,7 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env, unknown_name_message
+from envs.registry import MissingSuiteError, UnknownTaskError, did_you_mean, make_env
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
 from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
 from fast_td3.device import resolve_device
@@ -78,7 +78,6 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
 def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """Make train and eval envs, restore a checkpoint when resuming, train."""
     env_cfg = cfg.env
-    check_task(env_cfg.suite, env_cfg.task)
     device = resolve_device(cfg.device)
     env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **env_cfg.adapter_options())
     eval_env = None
@@ -171,7 +170,7 @@ def _unknown_task_message(task: str, suites: dict[str, str]) -> str:
     by_suite: dict[str, list[str]] = {}
     for name, suite in suites.items():
         by_suite.setdefault(suite, []).append(name)
-    hint = unknown_name_message("task", task, list(suites), "fast-td3-train").split(" Valid")[0]
+    hint = did_you_mean("task", task, list(suites), "fast-td3-train")
     listing = "\n".join(f"  {suite}: {', '.join(names)}" for suite, names in sorted(by_suite.items()))
     return f"{hint}\nValid tasks by suite (conf/task/):\n{listing}"
 
@@ -199,7 +198,7 @@ def check_command_line(args: list[str]) -> str | None:
             if unknown:
                 return _unknown_task_message(unknown[0], suites)
         elif not _key_exists(schema, key):
-            hint = unknown_name_message("config key", key, _schema_keys(schema), "fast-td3-train").split(" Valid")[0]
+            hint = did_you_mean("config key", key, _schema_keys(schema), "fast-td3-train")
             return hint + " `fast-td3-train --help` lists every key."
     return None
 

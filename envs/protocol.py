@@ -21,8 +21,10 @@ the moment its episode ends, within the same `step` call:
       true last observation the simulator produced for every env whose episode just
       ended (before its reset); rows of envs that did not finish equal `obs`.
       Present on every step, so consumers never branch on its existence.
-    * `extras[EPISODE]` (optional): dict of per-episode scalar metrics of the
-      episodes that just ended, for logging only.
+    * `extras[EPISODE]` (optional): `{name: float [num_envs]}`, per-episode metrics
+      (e.g. the sum of each reward term over the episode); only the rows of envs that
+      just finished are meaningful. The runner logs their means as
+      `train/episode/<name>`; for logging only.
 - `close()`: release workers and simulators.
 
 Everything returned is a torch tensor on `device`. Bootstrapping rule for learners:

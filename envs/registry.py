@@ -53,6 +53,10 @@ class UnknownTaskError(ValueError):
     """A task id that the chosen suite does not provide."""
 
 
+class EnvOptionError(ValueError):
+    """An adapter option (env.options, env.reward_scales) the suite or task does not have."""
+
+
 def did_you_mean(kind: str, name: str, valid: list[str], where: str) -> str:
     """"Unknown task 'X' for Y. Did you mean 'Z'?" with the nearest valid name (case-insensitive)."""
     lowered = {v.lower(): v for v in valid}
@@ -115,4 +119,11 @@ def make_env(
 ) -> VecEnv:
     """Build `num_envs` envs of `task` from `suite` behind the env contract."""
     check_task(suite, task)
-    return load_adapter(suite).make(task, num_envs=num_envs, seed=seed, device=device, **options)
+    adapter = load_adapter(suite)
+    try:
+        return adapter.make(task, num_envs=num_envs, seed=seed, device=device, **options)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise EnvOptionError(f"suite '{suite}' does not take that option ({error}); "
+                             f"its options are the keyword arguments of {adapter.__name__}.make") from None

@@ -162,12 +162,17 @@ class EnvConfig:
     """Suite-specific adapter options (e.g. gymnasium: vectorization, env_kwargs)."""
     eval_options: Dict[str, Any] = field(default_factory=dict)
     """Adapter options that differ for the evaluation envs (merged over `options`)."""
+    reward_scales: Dict[str, float] = field(default_factory=dict)
+    """Reward term -> scale over the task's defaults, training envs only: evaluation keeps the
+    task's own reward so runs with different scales stay comparable (`env.reward_scales.<term>=x`)."""
 
     def adapter_options(self, evaluation: bool = False) -> Dict[str, Any]:
         """Keyword options for the suite adapter's `make` (training or evaluation envs)."""
         options = dict(self.options)
         if evaluation:
             options.update(self.eval_options)
+        elif self.reward_scales:
+            options["reward_scales"] = dict(self.reward_scales)
         if self.max_episode_steps is not None:
             options["max_episode_steps"] = self.max_episode_steps
         return options
@@ -205,6 +210,9 @@ class TrainConfig:
     eval_interval: int = 5_000
     """Global steps between evaluations on the separate eval envs (0: only at the end)."""
     eval_episodes: int = 10
+    eval_video: bool = False
+    """Render eval env 0 at each evaluation into videos/step_<N>.mp4 (and to wandb when on);
+    needs an OpenGL backend (set MUJOCO_GL=egl headless) and imageio (the video extra)."""
     """Evaluation episodes, one per eval env, deterministic actions, fixed seeds."""
     save_interval: int = 5_000
     """Global steps between checkpoints (0: only at the end)."""

@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from envs.registry import MissingSuiteError, UnknownTaskError, make_env
+from envs.registry import UnknownTaskError, make_env
 from fast_td3 import checkpoint as ckpt
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
-from fast_td3.evaluation import eval_seed, run_episodes, summarize
+from fast_td3.evaluation import eval_seed, run_episodes, summarize, write_video
 
 
 def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> FastTD3:
@@ -37,15 +37,6 @@ def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> Fas
     )
     agent.load_state_dict(checkpoint["agent"]["modules"])
     return agent.eval()
-
-
-def write_video(frames: list, path: Path, fps: int) -> None:
-    try:
-        import imageio.v2 as imageio
-    except ImportError:
-        raise MissingSuiteError('writing videos needs imageio: pip install -e ".[video]"') from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimsave(path, frames, fps=fps)
 
 
 def evaluate_checkpoint(
@@ -112,7 +103,7 @@ def cli(argv: list[str] | None = None) -> None:
                          "(or write a .gif)")
     try:
         result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps)
-    except (FileNotFoundError, MissingSuiteError, UnknownTaskError, ValueError) as error:
+    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
         print(f"fast-td3-eval: error: {error}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(result), flush=True)

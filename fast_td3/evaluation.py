@@ -6,6 +6,7 @@ the same policy see the same initial states and their returns are comparable.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -58,3 +59,13 @@ def summarize(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
         "eval/length_mean": episodes["lengths"].double().mean().item(),
         "eval/episodes": float(returns.numel()),
     }
+
+
+def write_video(frames: list, path: Path, fps: int) -> None:
+    """Frames (H x W x 3 uint8) to an .mp4 (needs imageio-ffmpeg) or .gif."""
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise ImportError('writing videos needs imageio: pip install -e ".[video]"') from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimsave(path, frames, fps=fps)

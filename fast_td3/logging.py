@@ -187,6 +187,14 @@ class MetricsLogger:
         if self.console is not None:
             self.console.log(step, metrics)
 
+    def log_video(self, step: int, path: Path) -> None:
+        """An evaluation video: its path in metrics.jsonl, the video itself in wandb."""
+        self._jsonl.write(json.dumps({"step": step, "env_steps": step * self.num_envs, "eval/video": str(path)}) + "\n")
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({"eval/video": wandb.Video(str(path), format=path.suffix.lstrip("."))}, step=step)
+
     def close(self) -> None:
         if self.console is not None:
             self.console.close()

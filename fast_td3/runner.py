@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,13 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
+from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 from fast_td3 import checkpoint as ckpt
 from fast_td3 import replay as keys
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
-from fast_td3.evaluation import eval_seed, run_episodes, summarize
+from fast_td3.evaluation import eval_seed, run_episodes, summarize, write_video
 from fast_td3.exploration import PerEnvGaussianNoise
 from fast_td3.logging import MetricsLogger
 from fast_td3.replay import ReplayBuffer
@@ -90,6 +90,11 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+VIDEO_FPS = 30
+EPISODE_METRIC_PREFIX = "train/episode/"
+"""Logged means of the adapter's per-episode metrics, e.g. train/episode/reward/feet_slip."""
+
+
 @dataclass
 class EpisodeStats:
     """Running return/length per env and sums over the episodes finished since the last read,
@@ -100,13 +105,16 @@ class EpisodeStats:
     finished: torch.Tensor
     return_sum: torch.Tensor
     length_sum: torch.Tensor
+    metric_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Sums of the adapter's per-episode metrics (`extras[EPISODE]`, e.g. reward terms)."""
 
     @classmethod
     def zeros(cls, num_envs: int, device: torch.device) -> "EpisodeStats":
         z = lambda *shape: torch.zeros(*shape, device=device)  # noqa: E731
         return cls(z(num_envs), z(num_envs), z(()), z(()), z(()))
 
-    def update(self, rewards: torch.Tensor, dones: torch.Tensor) -> None:
+    def update(self, rewards: torch.Tensor, dones: torch.Tensor,
+               episode_metrics: dict[str, torch.Tensor] | None = None) -> None:
         self.returns += rewards
         self.lengths += 1
         done = dones.float()
@@ -115,6 +123,13 @@ class EpisodeStats:
         self.length_sum += (self.lengths * done).sum()
         self.returns *= 1 - done
         self.lengths *= 1 - done
+        if episode_metrics:
+            totals = torch.stack([v.to(done.device, torch.float32) for v in episode_metrics.values()]) @ done
+            for name, total in zip(episode_metrics, totals):
+                if name in self.metric_sums:
+                    self.metric_sums[name] += total
+                else:
+                    self.metric_sums[name] = total.clone()
 
     def read(self) -> dict[str, torch.Tensor]:
         """Sums since the last read as device scalars (`train/episodes` is their count), then zeroed."""
@@ -123,7 +138,8 @@ class EpisodeStats:
             "train/episode_return": self.return_sum.clone(),
             "train/episode_length": self.length_sum.clone(),
         }
-        for t in (self.finished, self.return_sum, self.length_sum):
+        out.update({f"{EPISODE_METRIC_PREFIX}{name}": total.clone() for name, total in self.metric_sums.items()})
+        for t in (self.finished, self.return_sum, self.length_sum, *self.metric_sums.values()):
             t.zero_()
         return out
 
@@ -272,7 +288,7 @@ class Runner:
         self.agent.update_normalizers(obs, critic_obs, rewards, dones)
         self.buffer.extend(TensorDict(transition, batch_size=[self.env.num_envs]))
         self.noise.resample(dones)
-        self.episodes.update(rewards, dones)
+        self.episodes.update(rewards, dones, extras.get(EPISODE))
         return next_obs, next_critic_obs
 
     def _check_finite(self, tensors: dict[str, torch.Tensor | None], at_reset: bool = False) -> None:
@@ -325,9 +341,11 @@ class Runner:
         metrics = _to_host(device_metrics)
         episodes = metrics.pop("train/episodes")
         return_sum, length_sum = metrics.pop("train/episode_return"), metrics.pop("train/episode_length")
+        metric_sums = {k: metrics.pop(k) for k in list(metrics) if k.startswith(EPISODE_METRIC_PREFIX)}
         if episodes > 0:  # means over the episodes that finished since the last log
             metrics.update({"train/episode_return": return_sum / episodes,
                             "train/episode_length": length_sum / episodes, "train/episodes": episodes})
+            metrics.update({k: v / episodes for k, v in metric_sums.items()})
         metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
         seconds, steps = interval.lap(self.global_step)
         # The interval holding the first update includes compilation: not a throughput.
@@ -348,10 +366,18 @@ class Runner:
         def policy(obs: torch.Tensor) -> torch.Tensor:
             return self.agent.act(obs.to(self.device)).to(env.device)
 
-        results = summarize(run_episodes(env, policy, eval_seed(self.cfg.seed)))
+        frames: list = []
+        on_step = (lambda t: frames.append(env.render(0))) if self.cfg.eval_video else None
+        episodes = run_episodes(env, policy, eval_seed(self.cfg.seed), on_step)
+        results = summarize(episodes)
         self.last_eval = results
         if self._logger is not None:
             self._logger.log(self.global_step, results)
+        if frames:
+            path = self.run_dir / "videos" / f"step_{self.global_step:09d}.mp4"
+            write_video(frames[: int(episodes["lengths"][0])], path, VIDEO_FPS)
+            if self._logger is not None:
+                self._logger.log_video(self.global_step, path)
         return results
 
     # ================================================================ checkpoints

@@ -11,6 +11,7 @@ registry and the runner together.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from envs.registry import MissingSuiteError, UnknownTaskError, did_you_mean, make_env
+from envs.registry import EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, make_env
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
 from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
 from fast_td3.device import resolve_device
@@ -30,7 +31,7 @@ RESOLVED_CONFIG = "config.yaml"
 # Errors a user can act on from their message alone: printed without a traceback.
 USER_ERRORS = (
     ConfigError, MissingSuiteError, UnknownTaskError, NonFiniteObservationError,
-    CheckpointMismatchError, FileNotFoundError,
+    CheckpointMismatchError, FileNotFoundError, EnvOptionError,
 )
 
 
@@ -63,7 +64,7 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
         raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
     saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    fixed = ("task", "suite", "preset", "algo", "logger", "seed")
+    fixed = ("task", "suite", "preset", "algo", "logger", "reward", "seed")
     refused = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in fixed]
     if refused:
         raise ConfigError(
@@ -82,10 +83,10 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **env_cfg.adapter_options())
     eval_env = None
     try:
-        eval_env = make_env(
-            env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(cfg.seed), device,
-            **env_cfg.adapter_options(evaluation=True),
-        )
+        eval_options = env_cfg.adapter_options(evaluation=True)
+        if cfg.eval_video:
+            eval_options["render_mode"] = "rgb_array"
+        eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(cfg.seed), device, **eval_options)
         runner = Runner(cfg, env, eval_env, run_dir)
         if cfg.resume:
             checkpoint = find_checkpoint(cfg.resume)
@@ -111,6 +112,8 @@ def main(cfg: DictConfig) -> float | None:
                 f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
             )
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        if train_cfg.eval_video:
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
         # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
         atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
         full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
@@ -189,7 +192,7 @@ def check_command_line(args: list[str]) -> str | None:
         key, value = arg.split("=", 1)
         if key == "resume" and value not in ("", "null") and not Path(value).expanduser().exists():
             return f"resume={value}: no such run folder or checkpoint file"
-        if key.startswith(("+", "~", "hydra")) or "/" in key or key in ("suite", "preset", "algo", "logger"):
+        if key.startswith(("+", "~", "hydra")) or "/" in key or key in ("suite", "preset", "algo", "logger", "reward"):
             continue
         if key == "task":
             if any(c in value for c in "()[]{}*?$"):  # sweep functions, globs, interpolations
@@ -222,7 +225,7 @@ Keys (schema default -- task and preset files change some, see --cfg job -- then
 def help_text() -> str:
     groups = "\n".join(
         f"  {group}: {', '.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
-        for group in ("task", "preset", "logger", "algo", "suite")
+        for group in ("task", "preset", "reward", "logger", "algo", "suite")
     )
     keys = "\n".join(f"  {key} = {default}\n      {doc}" for key, default, doc in describe_fields(TrainConfig))
     return HELP.format(groups=groups, keys=keys)
@@ -238,7 +241,27 @@ def cli() -> None:
     if problem:
         print(f"fast-td3-train: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    sys.argv[1:] = [add_to_free_form_dicts(arg) for arg in args]
     main()
+
+
+def add_to_free_form_dicts(arg: str) -> str:
+    """`env.reward_scales.action_rate=-0.5` -> `++env.reward_scales.action_rate=-0.5`.
+
+    Keys below a free-form dict field (reward scales, adapter options) are new to the
+    composed config, which Hydra only accepts with `++`; users should not have to know.
+    """
+    if arg.startswith(("-", "+", "~")) or "=" not in arg:
+        return arg
+    key = arg.split("=", 1)[0]
+    parent = key.rpartition(".")[0]
+    if key.startswith("hydra") or "/" in key or not parent:
+        return arg
+    schema = OmegaConf.structured(TrainConfig)
+    node = OmegaConf.select(schema, parent, default=None)
+    if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict and _key_exists(schema, key):
+        return "++" + arg
+    return arg
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
-"""Env-steps/s of the gymnasium adapter, in-process vs a worker process per env, in one run.
+"""Env-steps/s through the suite adapters, in one run.
 
-    python scripts/bench_envs.py                                  # a few tasks x env counts
+    python scripts/bench_envs.py                                  # gymnasium: sync vs worker processes
     python scripts/bench_envs.py --tasks Humanoid-v5 --num-envs 16 64 --seconds 5 --json envs.json
+    python scripts/bench_envs.py --suite playground               # CheetahRun and T1 on this device
+    python scripts/bench_envs.py --suite playground --tasks T1JoystickFlatTerrain --num-envs 16 256 --device cuda
 
 Steps with random actions through the full adapter (action scaling, final observations,
-float32 torch tensors) and prints each vectorization's rate and its ratio to 'sync'.
+float32 torch tensors). Gymnasium: each vectorization's rate and its ratio to 'sync'.
+Playground: the rate, its ratio to the smallest env count, and the first compile of reset
+and of step, with JAX's persistent compilation cache off so the compile is a cold one.
 """
 
 from __future__ import annotations
@@ -34,14 +38,51 @@ def steps_per_second(task: str, num_envs: int, vectorization: str, seconds: floa
         env.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["InvertedPendulum-v5", "HalfCheetah-v5", "Humanoid-v5"])
-    parser.add_argument("--num-envs", nargs="+", type=int, default=[4, 16, 64])
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--json", default=None, help="also write the results to this file")
-    args = parser.parse_args()
+def playground_rates(task: str, num_envs: int, device: str, seconds: float) -> dict[str, float]:
+    """Cold compile times of reset and step, then steady env steps/s."""
+    from envs.playground import PlaygroundVecEnv
 
+    start = time.perf_counter()
+    env = PlaygroundVecEnv(task, num_envs, seed=0, device=device, compilation_cache=False)
+    reset_compile = time.perf_counter() - start  # the constructor compiles and runs one reset
+    try:
+        env.reset()
+        g = torch.Generator().manual_seed(0)
+        actions = lambda: (torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1).to(env.device)  # noqa: E731
+        start = time.perf_counter()
+        obs = env.step(actions())[0]
+        obs.cpu()  # wait for it
+        step_compile = time.perf_counter() - start
+        for _ in range(10):
+            obs = env.step(actions())[0]
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            obs = env.step(actions())[0]
+            steps += 1
+        obs.cpu()
+        rate = steps * num_envs / (time.perf_counter() - start)
+        return {"env_steps_per_s": rate, "reset_compile_s": reset_compile, "step_compile_s": step_compile}
+    finally:
+        env.close()
+
+
+def bench_playground(args) -> list[dict]:
+    tasks = args.tasks or ["CheetahRun", "T1JoystickFlatTerrain"]
+    results = []
+    print(f"{'task':<24}{'envs':>6}{'env steps/s':>14}{'vs first':>10}{'reset compile':>15}{'step compile':>14}")
+    for task in tasks:
+        first = None
+        for n in args.num_envs:
+            r = playground_rates(task, n, args.device, args.seconds)
+            first = first or r["env_steps_per_s"]
+            print(f"{task:<24}{n:>6}{r['env_steps_per_s']:>14.0f}{r['env_steps_per_s'] / first:>9.2f}x"
+                  f"{r['reset_compile_s']:>14.1f}s{r['step_compile_s']:>13.1f}s", flush=True)
+            results.append({"suite": "playground", "task": task, "num_envs": n, "device": args.device, **r})
+    return results
+
+
+def bench_gymnasium(args) -> list[dict]:
+    args.tasks = args.tasks or ["InvertedPendulum-v5", "HalfCheetah-v5", "Humanoid-v5"]
     results = []
     print(f"{'task':<22}{'envs':>6}" + "".join(f"{v:>22}" for v in VECTORIZATIONS))
     for task in args.tasks:
@@ -49,7 +90,21 @@ def main() -> None:
             rates = {v: steps_per_second(task, n, v, args.seconds) for v in VECTORIZATIONS}
             cells = "".join(f"{rates[v]:>12.0f} ({rates[v] / rates['sync']:.2f}x)" for v in VECTORIZATIONS)
             print(f"{task:<22}{n:>6}{cells}", flush=True)
-            results.append({"task": task, "num_envs": n, "env_steps_per_s": rates})
+            results.append({"suite": "gymnasium", "task": task, "num_envs": n, "env_steps_per_s": rates})
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=["gymnasium", "playground"], default="gymnasium")
+    parser.add_argument("--tasks", nargs="+", default=None)
+    parser.add_argument("--num-envs", nargs="+", type=int, default=[4, 16, 64])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--device", default="cpu", help="playground: torch device (cpu, cuda)")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+
+    results = bench_playground(args) if args.suite == "playground" else bench_gymnasium(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

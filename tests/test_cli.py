@@ -254,3 +254,43 @@ def test_eval_of_a_missing_checkpoint_says_so(tmp_path):
     (tmp_path / "empty_run").mkdir()
     result = run([EVAL, str(tmp_path / "empty_run")], tmp_path)
     assert result.returncode == 2 and "no checkpoint in" in result.stderr
+
+
+def test_reward_presets_and_scales_compose_without_plus(tmp_path):
+    """`reward=tuned` and `env.reward_scales.<term>=x` (no `+`) land in env.reward_scales;
+    the command-line value wins over the preset's."""
+    shown = run([TRAIN, "--cfg", "job", "task=T1JoystickFlatTerrain", "reward=tuned",
+                 "env.reward_scales.action_rate=-0.5", "env.reward_scales.feet_slip=-2"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    from omegaconf import OmegaConf
+
+    scales = OmegaConf.create(shown.stdout).env.reward_scales
+    assert scales.action_rate == -0.5 and scales.feet_slip == -2 and scales.orientation == -5.0
+    assert scales.energy == -5.0e-5  # from reward=tuned
+    playground = OmegaConf.create(shown.stdout)
+    assert playground.env.suite == "playground" and playground.algo.gamma == 0.97
+
+
+def test_reward_scales_reach_training_envs_but_not_evaluation():
+    from fast_td3.config import EnvConfig
+
+    cfg = EnvConfig(suite="playground", task="T1JoystickFlatTerrain", reward_scales={"pose": -2.0},
+                    options={"push": True}, eval_options={"push": False})
+    assert cfg.adapter_options()["reward_scales"] == {"pose": -2.0} and cfg.adapter_options()["push"] is True
+    evaluation = cfg.adapter_options(evaluation=True)
+    assert "reward_scales" not in evaluation and evaluation["push"] is False
+
+
+def test_keys_below_free_form_dicts_are_added_for_the_user():
+    from fast_td3.train import add_to_free_form_dicts
+
+    assert add_to_free_form_dicts("env.reward_scales.pose=-1") == "++env.reward_scales.pose=-1"
+    assert add_to_free_form_dicts("env.options.impl=warp") == "++env.options.impl=warp"
+    for unchanged in ("algo.gamma=0.9", "+env.reward_scales.pose=-1", "task=CheetahRun", "--cfg", "env.num_envs=4"):
+        assert add_to_free_form_dicts(unchanged) == unchanged
+
+
+def test_gymnasium_tasks_refuse_reward_scales_with_the_alternative(tmp_path):
+    result = run([TRAIN, *QUICK, "env.reward_scales.ctrl_cost=0", f"out_dir={tmp_path}"], tmp_path)
+    assert result.returncode == 2
+    assert "no named reward terms" in result.stderr and "env_kwargs" in result.stderr

@@ -1,0 +1,475 @@
+"""MuJoCo Playground tasks behind the env contract: our own bridge on Playground's public API.
+
+Any registry name loads (`mujoco_playground.registry.load`). Reset and step are
+`jax.jit(jax.vmap(...))`, each compiled once per (task, settings, env count): their
+outputs are cast to strong JAX types so the step after a reset reuses the step
+compiled for steady state, and JAX's persistent compilation cache keeps the compiled
+code across runs. Auto-reset is ours and same-step: the step that ends an episode
+returns the true final observations (`state` and `privileged_state`) next to the reset
+ones, and a time-out flag when the time limit cut it. Observations cross to torch by
+DLPack without a copy on the same device (CPU to CPU, GPU to GPU), actions cross back
+the same way, and per-episode metrics are summed on the device: a step never waits for
+the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+# JAX would otherwise take 75% of the GPU at start-up, leaving torch's replay buffer and
+# learner too little; it must be set before JAX initialises its GPU backend.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from envs import menagerie  # noqa: E402
+from envs.registry import EnvOptionError, unknown_name_message  # noqa: E402
+from envs.protocol import (  # noqa: E402
+    ACTOR,
+    CRITIC,
+    EPISODE,
+    FINAL_OBSERVATIONS,
+    OBSERVATIONS,
+    TIME_OUTS,
+    derive_env_seeds,
+)
+
+IMPLS = ("auto", "jax", "warp")
+CACHE_ENV_VAR = "FAST_TD3_JAX_CACHE"
+ACTOR_KEY, CRITIC_KEY = "state", "privileged_state"
+"""Playground's names for the actor and privileged critic observations of dict observations."""
+
+# Menagerie robot folder by task-name prefix (DM Control tasks need none).
+ROBOT_FOLDERS = (
+    ("T1", "booster_t1"), ("G1", "unitree_g1"), ("H1", "unitree_h1"), ("Apollo", "apptronik_apollo"),
+    ("BerkeleyHumanoid", "berkeley_humanoid"), ("Op3", "robotis_op3"), ("Go1", "unitree_go1"),
+    ("Spot", "boston_dynamics_spot"), ("Barkour", "google_barkour_vb"), ("Leap", "leap_hand"),
+    ("PandaRobotiq", "robotiq_2f85_v4"), ("Panda", "franka_emika_panda"), ("Aloha", "aloha"),
+    ("Aero", "tetheria_aero_hand_open"),
+)
+PUSH_SWITCHES = ("push_config.enable", "pert_config.enable")
+"""Config keys that turn push perturbations on or off (humanoids; Go1/Leap call them 'pert')."""
+
+
+class UnknownRewardTermError(EnvOptionError):
+    """A reward scale override names a term the task does not have."""
+
+
+def tasks() -> list[str]:
+    from mujoco_playground import registry
+
+    return sorted(registry.ALL_ENVS)
+
+
+def robot_folder(task: str) -> str | None:
+    """The Menagerie folder a locomotion/manipulation task loads its robot from."""
+    return next((folder for prefix, folder in ROBOT_FOLDERS if task.startswith(prefix)), None)
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
+    """Keep compiled reset/step across processes (first compiles take 20-50 s on CPU).
+
+    Order: `path`, `FAST_TD3_JAX_CACHE`, JAX's own `JAX_COMPILATION_CACHE_DIR`, then
+    `~/.cache/fast-td3/jax`.
+    """
+    chosen = (path or os.environ.get(CACHE_ENV_VAR) or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+              or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fast-td3" / "jax")
+    chosen = Path(chosen).expanduser()
+    chosen.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(chosen))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return chosen
+
+
+def jax_device(device: torch.device) -> jax.Device:
+    """The JAX device that shares memory with a torch device."""
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError:
+            raise EnvOptionError(
+                f"device={device} but JAX has no GPU backend here; install it with "
+                '`pip install -U "jax[cuda12]"` or run Playground with device=cpu'
+            ) from None
+        return gpus[device.index or 0]
+    raise EnvOptionError(f"Playground envs run on cpu or cuda, not {device}")
+
+
+def default_impl(device: torch.device) -> str:
+    """MJX's pure-JAX physics on CPU (4-20x faster there than Warp); Warp, Playground's default, on GPU."""
+    return "jax" if device.type == "cpu" else "warp"
+
+
+# ------------------------------------------------------------------ settings -> Playground config
+def playground_overrides(
+    task: str,
+    impl: str,
+    reward_scales: dict[str, float] | None = None,
+    push: bool | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Flat Playground config overrides for our settings; unknown reward terms raise with the list."""
+    from mujoco_playground import registry
+
+    defaults = registry.get_default_config(task)
+    overrides: dict[str, Any] = {"impl": impl}
+    if reward_scales:
+        valid = sorted(defaults.reward_config.scales.keys()) if "reward_config" in defaults else []
+        if not valid:
+            raise UnknownRewardTermError(f"{task} has no named reward terms to scale (env.reward_scales must be empty)")
+        for term, scale in reward_scales.items():
+            if term not in valid:
+                raise UnknownRewardTermError(unknown_name_message("reward term", term, valid, task))
+            overrides[f"reward_config.scales.{term}"] = float(scale)
+    if push is not None:
+        switch = next((k for k in PUSH_SWITCHES if _has_key(defaults, k)), None)
+        if switch is None:
+            raise EnvOptionError(f"{task} has no push perturbations to switch (push must be null)")
+        overrides[switch] = bool(push)
+    overrides.update(extra or {})
+    return overrides
+
+
+def task_config(task: str, overrides: dict[str, Any]):
+    """The task's Playground config with our overrides applied (what the env is built from)."""
+    from mujoco_playground import registry
+
+    config = registry.get_default_config(task).lock()  # locked, like Playground's: unknown keys raise
+    try:
+        config.update_from_flattened_dict(overrides)
+    except (KeyError, AttributeError) as error:
+        raise EnvOptionError(f"{task}: a config override names no key of the task's config ({error}); "
+                             f"its keys: {', '.join(sorted(_flat_keys(config)))}") from None
+    return config
+
+
+def _flat_keys(config, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in config.items():
+        if hasattr(value, "items"):
+            out.extend(_flat_keys(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _has_key(config, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if part not in config:
+            return False
+        config = config[part]
+    return True
+
+
+# ------------------------------------------------------------------ compiled functions
+def _strong(tree):
+    """Drop JAX weak types, so reset's and step's states have identical types (one compile of step)."""
+    return jax.tree_util.tree_map(lambda x: jax.lax.convert_element_type(x, jnp.asarray(x).dtype), tree)
+
+
+def _split_observation(obs) -> tuple[jax.Array, jax.Array | None]:
+    if isinstance(obs, dict):
+        return obs[ACTOR_KEY], obs.get(CRITIC_KEY)
+    return obs, None
+
+
+@dataclass
+class _Compiled:
+    """One task's jitted batched reset/step, shared by every adapter with the same settings."""
+
+    env: Any
+    reset: Callable
+    step: Callable
+
+
+def _batched(env, fn: Callable, randomized: bool) -> Callable:
+    """vmap `fn(*args)` over envs; with domain randomisation each env steps its own model.
+
+    Playground envs read their model from `unwrapped._mjx_model`; swapping it while
+    tracing is how its own randomisation wrapper gives each env its model.
+    """
+    if not randomized:
+        return lambda models, axes, *args: jax.vmap(fn)(*args)
+
+    def one(model, *args):
+        unwrapped = env.unwrapped
+        original = unwrapped._mjx_model
+        unwrapped._mjx_model = model
+        try:
+            return fn(*args)
+        finally:
+            unwrapped._mjx_model = original
+
+    return lambda models, axes, *args: jax.vmap(one, in_axes=(axes,) + (0,) * len(args))(models, *args)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(task: str, frozen_overrides: tuple):
+    """The Playground env for a task and its config overrides (loaded once per process)."""
+    from mujoco_playground import registry
+
+    return registry.load(task, config_overrides=dict(frozen_overrides))
+
+
+def domain_randomizer(task: str):
+    from mujoco_playground import registry
+
+    randomizer = registry.get_domain_randomizer(task)
+    if randomizer is None:
+        raise EnvOptionError(f"{task} has no domain randomiser in Playground (domain_randomization must be false)")
+    return randomizer
+
+
+@functools.lru_cache(maxsize=16)
+def _compile(task: str, frozen_overrides: tuple, randomized: bool) -> _Compiled:
+    env = _load(task, frozen_overrides)
+    axes = None
+    if randomized:  # which model fields vary per env; the same for any keys
+        axes = domain_randomizer(task)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
+    reset_one = _batched(env, env.reset, randomized)
+    step_one = _batched(env, env.step, randomized)
+
+    def reset(models, keys):
+        keys, reset_keys = _split_keys(keys)
+        state = reset_one(models, axes, reset_keys)
+        return _strong(_Carry(state, jnp.zeros(keys.shape[0], jnp.int32), _zero_sums(state), keys))
+
+    def step(models, carry: "_Carry", actions, time_limit):
+        state = _strong(step_one(models, axes, carry.state, jnp.clip(actions, -1.0, 1.0)))
+        steps = carry.steps + 1
+        terminated = state.done > 0.5
+        time_outs = (steps >= time_limit) & ~terminated
+        dones = terminated | time_outs
+        sums = {k: carry.sums[k] + state.metrics[k] for k in carry.sums}
+        rewards = state.reward.astype(jnp.float32)
+        final_actor, final_critic = _split_observation(state.obs)  # before any reset replaces them
+        keys, reset_keys = _split_keys(carry.keys)
+
+        def with_resets(state):
+            fresh = reset_one(models, axes, reset_keys)
+            pick = lambda new, old: jnp.where(dones.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)  # noqa: E731
+            return _strong(jax.tree_util.tree_map(pick, fresh, state))
+
+        state = jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
+        keep = ~dones
+        carry = _Carry(state, jnp.where(keep, steps, 0), {k: v * keep for k, v in sums.items()}, keys)
+        outputs = (rewards, dones, time_outs, final_actor, final_critic, sums)
+        return _strong(carry), outputs
+
+    return _Compiled(env, jax.jit(reset), jax.jit(step))
+
+
+def _split_keys(keys):
+    pairs = jax.vmap(jax.random.split)(keys)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _zero_sums(state) -> dict[str, jax.Array]:
+    return {k: jnp.zeros_like(v, dtype=jnp.float32) for k, v in state.metrics.items() if jnp.ndim(v) == 1}
+
+
+@jax.tree_util.register_dataclass
+@dataclass
+class _Carry:
+    """Everything the batched step threads through: env state, episode step counts,
+    running per-episode metric sums, per-env PRNG keys."""
+
+    state: Any
+    steps: jax.Array
+    sums: dict
+    keys: jax.Array
+
+
+def env_keys(seed: int, num_envs: int) -> jax.Array:
+    """Per-env PRNG keys from one seed; a reset splits each and resets from the second half."""
+    seeds = np.asarray(derive_env_seeds(seed, num_envs), dtype=np.uint32)
+    return jax.vmap(jax.random.PRNGKey)(seeds)
+
+
+# ------------------------------------------------------------------ the adapter
+class PlaygroundVecEnv:
+    """`num_envs` copies of one Playground task, stepped together on one device.
+
+    Args:
+        task: Playground registry name, e.g. "T1JoystickFlatTerrain" or "CheetahRun".
+        num_envs: parallel envs.
+        seed: run seed; env i starts from `env_keys(seed, num_envs)[i]`.
+        device: torch device; the physics runs on the matching JAX device.
+        impl: physics backend, "jax" (MJX), "warp" (MuJoCo Warp) or "auto" (jax on CPU, warp on GPU).
+        max_episode_steps: time limit in env steps (None: the task's `episode_length`).
+        reward_scales: reward term -> scale, over the task's defaults.
+        push: push perturbations on/off for tasks that have them (None: the task's default).
+        domain_randomization: each env steps a model randomised by Playground's randomiser
+            for the task (fixed per env for the run).
+        config_overrides: any further flat Playground config overrides ("noise_config.level": 0.0).
+        menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
+        compilation_cache: folder for JAX's persistent cache (None: the default; False: off).
+        render_mode: "rgb_array" to allow `render()`.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        impl: str = "auto",
+        max_episode_steps: int | None = None,
+        reward_scales: dict[str, float] | None = None,
+        push: bool | None = None,
+        domain_randomization: bool = False,
+        config_overrides: dict[str, Any] | None = None,
+        menagerie_path: str | None = None,
+        compilation_cache: str | bool | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if impl not in IMPLS:
+            raise EnvOptionError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.task = task
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.seed = int(seed)
+        self.impl = default_impl(self.device) if impl == "auto" else impl
+        self.render_mode = render_mode
+        if compilation_cache is not False:
+            enable_compilation_cache(compilation_cache or None)
+        use_menagerie(task, menagerie_path)
+        self._jax_device = jax_device(self.device)
+
+        self.config_overrides = playground_overrides(task, self.impl, reward_scales, push, config_overrides)
+        config = task_config(task, self.config_overrides)
+        frozen = tuple(sorted((k, _hashable(v)) for k, v in self.config_overrides.items()))
+        with jax.default_device(self._jax_device):
+            env = _load(task, frozen)
+            self._models = None
+            if domain_randomization:
+                dr_keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD0), self.num_envs)
+                self._models = domain_randomizer(task)(env.mjx_model, dr_keys)[0]
+            self._compiled = _compile(task, frozen, domain_randomization)
+        self.max_episode_steps = int(max_episode_steps or config.episode_length)
+        self._time_limit = jax.device_put(jnp.int32(self.max_episode_steps), self._jax_device)
+        self._keys = jax.device_put(env_keys(self.seed, self.num_envs), self._jax_device)
+        # One reset now: it compiles reset and shows the observation layout.
+        probe = self._compiled.reset(self._models, self._keys).state
+        actor, critic = _split_observation(probe.obs)
+        self.num_obs = int(actor.shape[-1])
+        self.num_critic_obs = int(critic.shape[-1]) if critic is not None else None
+        self.num_actions = int(env.action_size)
+        # Playground's privileged state starts with the actor's state: the replay buffer
+        # then stores only the tail.
+        self.critic_obs_extends_actor_obs = critic is not None and bool(
+            jnp.array_equal(critic[:, : self.num_obs], actor))
+        self.episode_metrics = sorted(_zero_sums(probe))
+        self._carry: _Carry | None = None
+        self._renderer = None
+
+    # --------------------------------------------------------------- contract
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if seed is not None:
+            keys = jax.device_put(env_keys(int(seed), self.num_envs), self._jax_device)
+        elif self._carry is not None:
+            keys = self._carry.keys  # continue each env's random stream
+        else:
+            keys = self._keys
+        self._carry = self._compiled.reset(self._models, keys)
+        actor, critic = _split_observation(self._carry.state.obs)
+        obs = _torch(actor)
+        groups = {ACTOR: obs}
+        if critic is not None:
+            groups[CRITIC] = _torch(critic)
+        return obs, {OBSERVATIONS: groups}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if self._carry is None:
+            raise RuntimeError("call reset() before step()")
+        actions_jax = to_jax(actions.detach().to(self.device, torch.float32).contiguous())
+        self._carry, (rewards, dones, time_outs, final_actor, final_critic, sums) = self._compiled.step(
+            self._models, self._carry, actions_jax, self._time_limit)
+        actor, critic = _split_observation(self._carry.state.obs)
+        obs = _torch(actor)
+        extras: dict[str, Any] = {
+            OBSERVATIONS: {ACTOR: obs},
+            FINAL_OBSERVATIONS: {ACTOR: _torch(final_actor)},
+            TIME_OUTS: _torch(time_outs),
+            EPISODE: {name: _torch(value) for name, value in sums.items()},
+        }
+        if critic is not None:
+            extras[OBSERVATIONS][CRITIC] = _torch(critic)
+            extras[FINAL_OBSERVATIONS][CRITIC] = _torch(final_critic)
+        return obs, _torch(rewards), _torch(dones), extras
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self._carry = None
+
+    # --------------------------------------------------------------- extras
+    def render(self, env_index: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
+        """An RGB frame of one env's current state (native MuJoCo renderer; MUJOCO_GL=egl headless)."""
+        import mujoco
+
+        if self.render_mode != "rgb_array":
+            raise RuntimeError("make the env with render_mode='rgb_array' to render it")
+        if self._carry is None:
+            raise RuntimeError("call reset() before render()")
+        model = self._compiled.env.mj_model
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(model, height=height, width=width)
+            self._render_data = mujoco.MjData(model)
+        data, src = self._render_data, self._carry.state.data
+        data.qpos[:] = np.asarray(src.qpos[env_index])
+        data.qvel[:] = np.asarray(src.qvel[env_index])
+        if model.nmocap:
+            data.mocap_pos[:] = np.asarray(src.mocap_pos[env_index])
+            data.mocap_quat[:] = np.asarray(src.mocap_quat[env_index])
+        mujoco.mj_forward(model, data)
+        self._renderer.update_scene(data)
+        return self._renderer.render().copy()
+
+    def __repr__(self) -> str:
+        return f"PlaygroundVecEnv({self.task!r}, num_envs={self.num_envs}, impl={self.impl!r})"
+
+
+def _torch(x: jax.Array) -> torch.Tensor:
+    """A JAX array as a torch tensor sharing its memory (DLPack)."""
+    return torch.from_dlpack(x)
+
+
+def to_jax(tensor: torch.Tensor) -> jax.Array:
+    """A contiguous torch tensor as a JAX array sharing its memory (DLPack)."""
+    return jax.dlpack.from_dlpack(tensor)
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+def use_menagerie(task: str, explicit: str | None = None) -> None:
+    """Point Playground at local robot models (never a `git clone`), or raise with the fix."""
+    from mujoco_playground import dm_control_suite
+
+    if task in dm_control_suite.ALL_ENVS:
+        return  # DM Control models ship inside Playground
+    from mujoco_playground._src import mjx_env  # Playground reads its Menagerie path from here
+
+    cloned = Path(str(mjx_env.EXTERNAL_DEPS_PATH)) / "mujoco_menagerie"  # where Playground clones it
+    found = menagerie.find_menagerie(explicit, cloned=cloned)
+    menagerie.check_robot(found, robot_folder(task), task)
+    if found is None:
+        raise menagerie.MissingAssetsError(f"{task} needs MuJoCo Menagerie robot models.\n{menagerie.INSTALL_HINT}")
+    mjx_env.MENAGERIE_PATH = type(mjx_env.MENAGERIE_PATH)(str(found))
+
+
+def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> PlaygroundVecEnv:
+    return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)

@@ -151,5 +151,5 @@ def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options
         from envs.registry import EnvOptionError
 
         raise EnvOptionError(f"{task} has no named reward terms; gymnasium tasks take reward weights as "
-                             "env.options.env_kwargs (e.g. +env.options.env_kwargs.ctrl_cost_weight=0.2)")
+                             "env.options.env_kwargs (e.g. env.options.env_kwargs.ctrl_cost_weight=0.2)")
     return GymnasiumVecEnv(task, num_envs, seed=seed, device=device, **options)

@@ -136,8 +136,19 @@ def playground_overrides(
         if switch is None:
             raise EnvOptionError(f"{task} has no push perturbations to switch (push must be null)")
         overrides[switch] = bool(push)
-    overrides.update(extra or {})
+    overrides.update(_flatten(extra or {}))
     return overrides
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"noise_config": {"level": 0}} -> {"noise_config.level": 0} (both spellings come from the CLI)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) or hasattr(value, "items"):
+            flat.update(_flatten(dict(value.items()), f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def task_config(task: str, overrides: dict[str, Any]):
@@ -214,11 +225,13 @@ def _batched(env, fn: Callable, randomized: bool) -> Callable:
 
 
 @functools.lru_cache(maxsize=16)
-def _load(task: str, frozen_overrides: tuple):
-    """The Playground env for a task and its config overrides (loaded once per process)."""
+def _load(task: str, frozen_overrides: tuple, device: jax.Device):
+    """The Playground env for a task and its config overrides, its model on `device`
+    (loaded once per process)."""
     from mujoco_playground import registry
 
-    return registry.load(task, config_overrides=dict(frozen_overrides))
+    with jax.default_device(device):
+        return registry.load(task, config_overrides=dict(frozen_overrides))
 
 
 def domain_randomizer(task: str):
@@ -231,13 +244,14 @@ def domain_randomizer(task: str):
 
 
 @functools.lru_cache(maxsize=16)
-def _compile(task: str, frozen_overrides: tuple, randomized: bool) -> _Compiled:
-    env = _load(task, frozen_overrides)
+def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat: int, device: jax.Device) -> _Compiled:
+    """Batched reset/step for one task, settings and device; jitted once per process."""
+    env = _load(task, frozen_overrides, device)
     axes = None
     if randomized:  # which model fields vary per env; the same for any keys
         axes = domain_randomizer(task)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
     reset_one = _batched(env, env.reset, randomized)
-    step_one = _batched(env, env.step, randomized)
+    step_one = _batched(env, _repeated(env.step, action_repeat), randomized)
 
     def reset(models, keys):
         keys, reset_keys = _split_keys(keys)
@@ -267,6 +281,22 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool) -> _Compiled:
         return _strong(carry), outputs
 
     return _Compiled(env, jax.jit(reset), jax.jit(step))
+
+
+def _repeated(step: Callable, times: int) -> Callable:
+    """The env step applied `times` times with one action, rewards summed (Playground's
+    `action_repeat`, which its own training wrappers apply the same way)."""
+    if times == 1:
+        return step
+
+    def repeated(state, action):
+        total = jnp.zeros_like(state.reward)
+        for _ in range(times):
+            state = step(state, action)
+            total = total + state.reward
+        return state.replace(reward=total)
+
+    return repeated
 
 
 def _split_keys(keys):
@@ -349,14 +379,17 @@ class PlaygroundVecEnv:
         self.config_overrides = playground_overrides(task, self.impl, reward_scales, push, config_overrides)
         config = task_config(task, self.config_overrides)
         frozen = tuple(sorted((k, _hashable(v)) for k, v in self.config_overrides.items()))
-        with jax.default_device(self._jax_device):
-            env = _load(task, frozen)
-            self._models = None
-            if domain_randomization:
+        env = _load(task, frozen, self._jax_device)
+        self._models = None
+        if domain_randomization:
+            with jax.default_device(self._jax_device):
                 dr_keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD0), self.num_envs)
                 self._models = domain_randomizer(task)(env.mjx_model, dr_keys)[0]
-            self._compiled = _compile(task, frozen, domain_randomization)
-        self.max_episode_steps = int(max_episode_steps or config.episode_length)
+        # Playground counts episode_length in physics-control steps; with action_repeat each
+        # of our steps is that many of them.
+        self.action_repeat = int(config.get("action_repeat", 1) or 1)
+        self._compiled = _compile(task, frozen, domain_randomization, self.action_repeat, self._jax_device)
+        self.max_episode_steps = int(max_episode_steps or -(-config.episode_length // self.action_repeat))
         self._time_limit = jax.device_put(jnp.int32(self.max_episode_steps), self._jax_device)
         self._keys = jax.device_put(env_keys(self.seed, self.num_envs), self._jax_device)
         # One reset now: it compiles reset and shows the observation layout.
@@ -375,6 +408,11 @@ class PlaygroundVecEnv:
 
     # --------------------------------------------------------------- contract
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if self.device.type == "cuda":
+            # torch may still have queued reads of the last step's outputs, whose memory JAX
+            # reuses once they are dropped; a step orders JAX after torch through the actions'
+            # DLPack handshake, a reset has no such input.
+            torch.cuda.current_stream(self.device).synchronize()
         if seed is not None:
             keys = jax.device_put(env_keys(int(seed), self.num_envs), self._jax_device)
         elif self._carry is not None:
@@ -416,7 +454,8 @@ class PlaygroundVecEnv:
 
     # --------------------------------------------------------------- extras
     def render(self, env_index: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
-        """An RGB frame of one env's current state (native MuJoCo renderer; MUJOCO_GL=egl headless)."""
+        """An RGB frame of one env's current state (native MuJoCo renderer; MUJOCO_GL=egl headless).
+        Drawn with the task's nominal model, also under domain randomisation."""
         import mujoco
 
         if self.render_mode != "rgb_array":

@@ -210,10 +210,10 @@ class TrainConfig:
     eval_interval: int = 5_000
     """Global steps between evaluations on the separate eval envs (0: only at the end)."""
     eval_episodes: int = 10
+    """Evaluation episodes, one per eval env, deterministic actions, fixed seeds."""
     eval_video: bool = False
     """Render eval env 0 at each evaluation into videos/step_<N>.mp4 (and to wandb when on);
-    needs an OpenGL backend (set MUJOCO_GL=egl headless) and imageio (the video extra)."""
-    """Evaluation episodes, one per eval env, deterministic actions, fixed seeds."""
+    needs an OpenGL backend (MUJOCO_GL=egl headless, the default) and the video extra."""
     save_interval: int = 5_000
     """Global steps between checkpoints (0: only at the end)."""
     keep_checkpoints: int = 3

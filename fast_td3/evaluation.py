@@ -32,20 +32,21 @@ def run_episodes(
     """One episode per env from `reset(seed)`; returns per-episode `returns` and `lengths`.
 
     `policy` maps observations (on `env.device`) to actions in [-1, 1]. Steps after an
-    env's first episode ended are not counted. `on_step(t)` is called after each step
-    (e.g. to grab video frames).
+    env's first episode ended are not counted. `on_step(t)` is called before step t, while
+    the envs show the state the policy acts on (e.g. to grab video frames: the first
+    `lengths[i]` frames of env i are its episode; after that it has auto-reset).
     """
     obs, _ = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, device=env.device)
     lengths = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
     active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     for t in range(env.max_episode_steps):
+        if on_step is not None:
+            on_step(t)
         obs, rewards, dones, _ = env.step(policy(obs))
         returns += rewards * active
         lengths += active.long()
         active &= ~dones
-        if on_step is not None:
-            on_step(t)
         if t % 8 == 7 and not bool(active.any()):  # one host sync every 8 steps
             break
     return {"returns": returns.cpu(), "lengths": lengths.cpu()}

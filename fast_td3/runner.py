@@ -124,7 +124,8 @@ class EpisodeStats:
         self.returns *= 1 - done
         self.lengths *= 1 - done
         if episode_metrics:
-            totals = torch.stack([v.to(done.device, torch.float32) for v in episode_metrics.values()]) @ done
+            stacked = torch.stack([v.to(done.device, torch.float32) for v in episode_metrics.values()])
+            totals = torch.where(dones.to(done.device), stacked, 0.0).sum(-1)  # unfinished rows are not summed
             for name, total in zip(episode_metrics, totals):
                 if name in self.metric_sums:
                     self.metric_sums[name] += total

@@ -11,6 +11,7 @@ registry and the runner together.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -71,7 +72,8 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
             f"cannot change the task, config groups or seed of a resumed run ({', '.join(refused)}); "
             "override individual keys instead, e.g. total_steps=200000"
         )
-    saved.merge_with_dotlist(overrides)
+    # `++key=v` (keys below free-form dicts, see add_to_free_form_dicts) set like `key=v`
+    saved.merge_with_dotlist([o.lstrip("+") for o in overrides])
     saved.resume = cfg.resume
     return saved
 
@@ -114,6 +116,8 @@ def main(cfg: DictConfig) -> float | None:
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
         if train_cfg.eval_video:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
+            if importlib.util.find_spec("imageio_ffmpeg") is None:
+                raise ConfigError('eval_video=true writes .mp4 videos with imageio-ffmpeg: pip install -e ".[video]"')
         # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
         atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
         full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
@@ -248,19 +252,23 @@ def cli() -> None:
 def add_to_free_form_dicts(arg: str) -> str:
     """`env.reward_scales.action_rate=-0.5` -> `++env.reward_scales.action_rate=-0.5`.
 
-    Keys below a free-form dict field (reward scales, adapter options) are new to the
-    composed config, which Hydra only accepts with `++`; users should not have to know.
+    Keys below a free-form dict field (reward scales, adapter options, at any depth) are
+    new to the composed config, which Hydra only accepts with `++`; users should not have
+    to know.
     """
     if arg.startswith(("-", "+", "~")) or "=" not in arg:
         return arg
     key = arg.split("=", 1)[0]
-    parent = key.rpartition(".")[0]
-    if key.startswith("hydra") or "/" in key or not parent:
+    if key.startswith("hydra") or "/" in key:
         return arg
-    schema = OmegaConf.structured(TrainConfig)
-    node = OmegaConf.select(schema, parent, default=None)
-    if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict and _key_exists(schema, key):
-        return "++" + arg
+    node = OmegaConf.structured(TrainConfig)
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node, DictConfig) or part not in node:
+            return arg
+        node = node[part]
+        if isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict:
+            return "++" + arg  # the rest of the key lies below a free-form dict
     return arg
 
 

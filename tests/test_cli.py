@@ -181,6 +181,14 @@ def test_resume_overrides_are_kept_for_later_resumes(tmp_path):
     assert list((tmp_path / "run" / ".hydra").glob("resumed_*/overrides.yaml"))  # and each resume's
 
 
+def test_resume_takes_overrides_below_free_form_dicts(tmp_path):
+    """`env.options.x=v` becomes `++env.options.x=v` for Hydra; a resume applies it like any key."""
+    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
+    resumed = run([TRAIN, "resume=run", "total_steps=8", "env.options.vectorization=sync"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "vectorization: sync" in (tmp_path / "run" / "config.yaml").read_text()
+
+
 def test_resume_refuses_group_and_seed_changes_and_missing_folders(tmp_path):
     first = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
     assert first.returncode == 0, first.stderr
@@ -286,6 +294,8 @@ def test_keys_below_free_form_dicts_are_added_for_the_user():
 
     assert add_to_free_form_dicts("env.reward_scales.pose=-1") == "++env.reward_scales.pose=-1"
     assert add_to_free_form_dicts("env.options.impl=warp") == "++env.options.impl=warp"
+    deep = "env.options.config_overrides.noise_config.level=0"
+    assert add_to_free_form_dicts(deep) == "++" + deep
     for unchanged in ("algo.gamma=0.9", "+env.reward_scales.pose=-1", "task=CheetahRun", "--cfg", "env.num_envs=4"):
         assert add_to_free_form_dicts(unchanged) == unchanged
 

@@ -153,6 +153,27 @@ def test_unknown_reward_term_lists_the_valid_ones():
         playground_overrides(DMC_TASK, "jax", {"upright": 1.0})
 
 
+def test_action_repeat_steps_the_env_that_many_times_per_action():
+    """Playground's action_repeat: one adapter step is two env steps with rewards summed,
+    and the episode length (in env steps) becomes 500 adapter steps."""
+    env = PlaygroundVecEnv(DMC_TASK, 2, seed=6, config_overrides={"action_repeat": 2})
+    assert env.action_repeat == 2 and env.max_episode_steps == 500
+    env.reset()
+    _, reset, step = bare_env(DMC_TASK)
+    _, key = jax.random.split(env_keys(6, 2)[0])
+    state = reset(key)
+    obs, rewards, _, _ = env.step(torch.full((2, 1), 0.7))
+    first = step(state, jnp.full((1,), 0.7))
+    second = step(first, jnp.full((1,), 0.7))
+    torch.testing.assert_close(obs[0], torch.tensor(np.asarray(second.obs)), atol=1e-5, rtol=1e-5)
+    assert rewards[0].item() == pytest.approx(float(first.reward + second.reward), rel=1e-5)
+
+
+def test_nested_config_overrides_are_flattened():
+    flat = playground_overrides(HUMANOID_TASK, "jax", extra={"noise_config": {"level": 0.0}, "push_config.enable": False})
+    assert flat["noise_config.level"] == 0.0 and flat["push_config.enable"] is False
+
+
 def test_push_switch_maps_to_the_tasks_own_key():
     assert playground_overrides(HUMANOID_TASK, "jax", push=False)["push_config.enable"] is False
     assert playground_overrides("Go1JoystickFlatTerrain", "jax", push=True)["pert_config.enable"] is True

@@ -337,6 +337,31 @@ def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path
     assert any(r.get("eval/video") == str(videos[0]) for r in records)
 
 
+def test_asymmetric_humanoid_trains_through_the_cli_with_tuned_rewards(tmp_path):
+    """T1 end to end: privileged critic observations (only their tail stored), the tuned
+    reward plus a command-line scale in the training envs, time-outs every 10 steps."""
+    from fast_td3.logging import read_metrics
+
+    result = subprocess.run(
+        [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu", "reward=tuned",
+         "env.reward_scales.action_rate=-0.2", "env.num_envs=4", "eval_episodes=4", "env.max_episode_steps=10",
+         "total_steps=30", "eval_interval=30", "save_interval=30", "logger.log_interval=10", "algo.batch_size=64",
+         "algo.learning_starts=5", "logger.console=false", f"out_dir={tmp_path}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / HUMANOID_TASK).iterdir()
+    records = read_metrics(run_dir)
+    trained = [r for r in records if "train/episode/reward/action_rate" in r]
+    assert trained and all(r["train/episode_length"] == 10 for r in trained)
+    assert all(r["train/episode/reward/action_rate"] < 0 for r in trained)  # the tuned term is on
+    assert any("loss/critic" in r for r in records) and records[-1]["eval/length_mean"] == 10
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.env.reward_scales.action_rate == -0.2 and saved.env.reward_scales.orientation == -5.0
+
+
 @pytest.mark.slow
 def test_domain_randomization_gives_each_env_its_own_dynamics():
     """Same initial key in every env, same actions: with randomised models the envs drift

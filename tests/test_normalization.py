@@ -101,7 +101,8 @@ def _pooled_worker(rank, world, port, results):
 
 def test_all_reduce_hook_gives_statistics_of_the_pooled_data():
     world = 2
-    with mp.Manager() as manager:
+    # spawn, not fork: other tests of this process may have started JAX's threads
+    with mp.get_context("spawn").Manager() as manager:
         results = manager.dict()
         mp.spawn(_pooled_worker, args=(world, _free_port(), results), nprocs=world)
         results = dict(results)

@@ -12,7 +12,6 @@ on `device`; actions in [-1, 1] are clamped and rescaled to the env's action bou
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import gymnasium as gym

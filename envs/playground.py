@@ -276,7 +276,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
 
         state = jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
         keep = ~dones
-        carry = _Carry(state, jnp.where(keep, steps, 0), {k: v * keep for k, v in sums.items()}, keys)
+        carry = _Carry(state, jnp.where(keep, steps, 0), {k: jnp.where(keep, v, 0.0) for k, v in sums.items()}, keys)
         outputs = (rewards, dones, time_outs, final_actor, final_critic, sums)
         return _strong(carry), outputs
 

@@ -32,7 +32,7 @@ from envs.playground import (  # noqa: E402
     to_jax,
     use_menagerie,
 )
-from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS  # noqa: E402
+from envs.protocol import ACTOR, CRITIC, EPISODE, OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, make_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

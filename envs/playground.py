@@ -277,7 +277,9 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         state = jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
         keep = ~dones
         carry = _Carry(state, jnp.where(keep, steps, 0), {k: jnp.where(keep, v, 0.0) for k, v in sums.items()}, keys)
-        outputs = (rewards, dones, time_outs, final_actor, final_critic, sums)
+        # one [metrics, envs] array in sorted-name order: one DLPack hand-over per step, not one per metric
+        stacked_sums = jnp.stack([sums[k] for k in sorted(sums)]) if sums else jnp.zeros((0, dones.shape[0]))
+        outputs = (rewards, dones, time_outs, final_actor, final_critic, stacked_sums)
         return _strong(carry), outputs
 
     return _Compiled(env, jax.jit(reset), jax.jit(step))
@@ -439,7 +441,7 @@ class PlaygroundVecEnv:
             OBSERVATIONS: {ACTOR: obs},
             FINAL_OBSERVATIONS: {ACTOR: _torch(final_actor)},
             TIME_OUTS: _torch(time_outs),
-            EPISODE: {name: _torch(value) for name, value in sums.items()},
+            EPISODE: dict(zip(self.episode_metrics, _torch(sums).unbind(0))),
         }
         if critic is not None:
             extras[OBSERVATIONS][CRITIC] = _torch(critic)

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +105,10 @@ class EpisodeStats:
     finished: torch.Tensor
     return_sum: torch.Tensor
     length_sum: torch.Tensor
-    metric_sums: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Sums of the adapter's per-episode metrics (`extras[EPISODE]`, e.g. reward terms)."""
+    metric_names: tuple[str, ...] = ()
+    metric_sums: torch.Tensor | None = None
+    """Sums of the adapter's per-episode metrics (`extras[EPISODE]`, e.g. reward terms), one
+    entry per name in `metric_names` (the adapter's names, fixed after the first step)."""
 
     @classmethod
     def zeros(cls, num_envs: int, device: torch.device) -> "EpisodeStats":
@@ -126,11 +128,10 @@ class EpisodeStats:
         if episode_metrics:
             stacked = torch.stack([v.to(done.device, torch.float32) for v in episode_metrics.values()])
             totals = torch.where(dones.to(done.device), stacked, 0.0).sum(-1)  # unfinished rows are not summed
-            for name, total in zip(episode_metrics, totals):
-                if name in self.metric_sums:
-                    self.metric_sums[name] += total
-                else:
-                    self.metric_sums[name] = total.clone()
+            if self.metric_sums is None:
+                self.metric_names, self.metric_sums = tuple(episode_metrics), totals
+            else:
+                self.metric_sums += totals
 
     def read(self) -> dict[str, torch.Tensor]:
         """Sums since the last read as device scalars (`train/episodes` is their count), then zeroed."""
@@ -139,8 +140,11 @@ class EpisodeStats:
             "train/episode_return": self.return_sum.clone(),
             "train/episode_length": self.length_sum.clone(),
         }
-        out.update({f"{EPISODE_METRIC_PREFIX}{name}": total.clone() for name, total in self.metric_sums.items()})
-        for t in (self.finished, self.return_sum, self.length_sum, *self.metric_sums.values()):
+        if self.metric_sums is not None:
+            out.update({f"{EPISODE_METRIC_PREFIX}{name}": total.clone()
+                        for name, total in zip(self.metric_names, self.metric_sums)})
+            self.metric_sums.zero_()
+        for t in (self.finished, self.return_sum, self.length_sum):
             t.zero_()
         return out
 

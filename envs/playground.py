@@ -10,6 +10,10 @@ ones, and a time-out flag when the time limit cut it. Observations cross to torc
 DLPack without a copy on the same device (CPU to CPU, GPU to GPU), actions cross back
 the same way, and per-episode metrics are summed on the device: a step never waits for
 the host.
+
+`make` picks the physics backend: this MJX bridge, or EnvPool's native MuJoCo ports of the
+locomotion and manipulation tasks (`envs/playground_envpool.py`), which `backend=auto`
+uses for the T1/G1 joystick tasks when the trainer runs on the CPU (see `choose_backend`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from envs import menagerie  # noqa: E402
-from envs.registry import EnvOptionError, unknown_name_message  # noqa: E402
+from envs.registry import EnvOptionError, check_reward_terms  # noqa: E402
 from envs.protocol import (  # noqa: E402
     ACTOR,
     CRITIC,
@@ -56,10 +60,6 @@ ROBOT_FOLDERS = (
 )
 PUSH_SWITCHES = ("push_config.enable", "pert_config.enable")
 """Config keys that turn push perturbations on or off (humanoids; Go1/Leap call them 'pert')."""
-
-
-class UnknownRewardTermError(EnvOptionError):
-    """A reward scale override names a term the task does not have."""
 
 
 def tasks() -> list[str]:
@@ -125,11 +125,8 @@ def playground_overrides(
     overrides: dict[str, Any] = {"impl": impl}
     if reward_scales:
         valid = sorted(defaults.reward_config.scales.keys()) if "reward_config" in defaults else []
-        if not valid:
-            raise UnknownRewardTermError(f"{task} has no named reward terms to scale (env.reward_scales must be empty)")
+        check_reward_terms(reward_scales, valid, task, task)
         for term, scale in reward_scales.items():
-            if term not in valid:
-                raise UnknownRewardTermError(unknown_name_message("reward term", term, valid, task))
             overrides[f"reward_config.scales.{term}"] = float(scale)
     if push is not None:
         switch = next((k for k in PUSH_SWITCHES if _has_key(defaults, k)), None)
@@ -512,5 +509,53 @@ def use_menagerie(task: str, explicit: str | None = None) -> None:
     mjx_env.MENAGERIE_PATH = type(mjx_env.MENAGERIE_PATH)(str(found))
 
 
-def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> PlaygroundVecEnv:
-    return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)
+# ------------------------------------------------------------------ physics backend
+BACKENDS = ("auto", "mjx", "envpool")
+ENVPOOL_ON_CPU = frozenset({
+    "T1JoystickFlatTerrain", "T1JoystickRoughTerrain", "G1JoystickFlatTerrain", "G1JoystickRoughTerrain",
+})
+"""Tasks that `backend=auto` runs on EnvPool when the trainer is on the CPU: benchmarked
+several times faster than MJX there, and checked against MJX step by step
+(tests/test_envpool_fidelity.py)."""
+MJX_ONLY = {"impl": "auto", "domain_randomization": False, "menagerie_path": None, "render_mode": None}
+"""MJX options with their neutral values; a run that sets one stays on MJX under `auto`
+(EnvPool has no Warp, no domain randomisation, its own robot files, and its renderer finds
+no OpenGL context on headless Linux, so eval videos are drawn from MJX envs)."""
+ENVPOOL_ONLY = {"num_threads": None, "lean_assets": True}
+"""EnvPool options with their neutral values."""
+
+
+def choose_backend(task: str, device: torch.device, backend: str, options: dict[str, Any]) -> str:
+    """"mjx" or "envpool" for a task, device and the run's options (see ENVPOOL_ON_CPU)."""
+    from envs import playground_envpool
+
+    if backend not in BACKENDS:
+        raise EnvOptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        # config_overrides name Playground's keys unless the run chose EnvPool (whose keys differ)
+        uses_mjx_options = bool(options.get("config_overrides")) or any(
+            options.get(k, v) != v for k, v in MJX_ONLY.items())
+        on_envpool = (device.type == "cpu" and task in ENVPOOL_ON_CPU and not uses_mjx_options
+                      and playground_envpool.available())
+        return "envpool" if on_envpool else "mjx"
+    if backend == "envpool" and not playground_envpool.available():
+        raise EnvOptionError(f"backend=envpool needs EnvPool, which is not installed: {playground_envpool.INSTALL}")
+    return backend
+
+
+def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", backend: str = "auto", **options: Any):
+    """The task on MJX (`PlaygroundVecEnv`) or EnvPool (`EnvPoolPlaygroundVecEnv`), see `choose_backend`."""
+    chosen = choose_backend(task, torch.device(device), backend, options)
+    foreign = ENVPOOL_ONLY if chosen == "mjx" else MJX_ONLY
+    for key, neutral in foreign.items():
+        value = options.pop(key, neutral)
+        if value != neutral:
+            raise EnvOptionError(f"{key}={value!r} applies to the "
+                                 f"{'EnvPool' if chosen == 'mjx' else 'MJX'} backend, and this run uses {chosen}; "
+                                 f"set env.options.backend or drop the option")
+    if chosen == "mjx":
+        return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)
+    from envs.playground_envpool import EnvPoolPlaygroundVecEnv
+
+    options.pop("compilation_cache", None)  # nothing to compile
+    return EnvPoolPlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)

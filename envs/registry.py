@@ -57,6 +57,19 @@ class EnvOptionError(ValueError):
     """An adapter option (env.options, env.reward_scales) the suite or task does not have."""
 
 
+class UnknownRewardTermError(EnvOptionError):
+    """A reward scale override names a term the task does not have."""
+
+
+def check_reward_terms(reward_scales: dict[str, float], valid: list[str], task: str, where: str) -> None:
+    """Raise UnknownRewardTermError (the valid terms, the nearest one) for any term not in `valid`."""
+    if not valid:
+        raise UnknownRewardTermError(f"{task} has no named reward terms to scale (env.reward_scales must be empty)")
+    for term in reward_scales:
+        if term not in valid:
+            raise UnknownRewardTermError(unknown_name_message("reward term", term, valid, where))
+
+
 def did_you_mean(kind: str, name: str, valid: list[str], where: str) -> str:
     """"Unknown task 'X' for Y. Did you mean 'Z'?" with the nearest valid name (case-insensitive)."""
     lowered = {v.lower(): v for v in valid}

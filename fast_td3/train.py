@@ -83,6 +83,7 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     env_cfg = cfg.env
     device = resolve_device(cfg.device)
     env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **env_cfg.adapter_options())
+    print(f"Envs: {env!r}", flush=True)
     eval_env = None
     try:
         eval_options = env_cfg.adapter_options(evaluation=True)

@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from fast_td3 import checkpoint as ckpt
 from fast_td3.logging import read_metrics

@@ -25,7 +25,6 @@ from env_conformance import EnvContractTests  # noqa: E402
 from envs import menagerie  # noqa: E402
 from envs.playground import (  # noqa: E402
     PlaygroundVecEnv,
-    UnknownRewardTermError,
     env_keys,
     playground_overrides,
     tasks,
@@ -33,7 +32,7 @@ from envs.playground import (  # noqa: E402
     use_menagerie,
 )
 from envs.protocol import ACTOR, CRITIC, EPISODE, OBSERVATIONS  # noqa: E402
-from envs.registry import EnvOptionError, make_env  # noqa: E402
+from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DMC_TASK = "CartpoleBalance"
@@ -338,18 +337,21 @@ def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path
 
 
 def test_asymmetric_humanoid_trains_through_the_cli_with_tuned_rewards(tmp_path):
-    """T1 end to end: privileged critic observations (only their tail stored), the tuned
-    reward plus a command-line scale in the training envs, time-outs every 10 steps."""
+    """T1 end to end on MJX (on a CPU `auto` would pick EnvPool): privileged critic
+    observations (only their tail stored), the tuned reward plus a command-line scale in the
+    training envs, time-outs every 10 steps."""
     from fast_td3.logging import read_metrics
 
     result = subprocess.run(
         [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu", "reward=tuned",
+         "env.options.backend=mjx",
          "env.reward_scales.action_rate=-0.2", "env.num_envs=4", "eval_episodes=4", "env.max_episode_steps=10",
          "total_steps=30", "eval_interval=30", "save_interval=30", "logger.log_interval=10", "algo.batch_size=64",
          "algo.learning_starts=5", "logger.console=false", f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Envs: PlaygroundVecEnv('T1JoystickFlatTerrain', num_envs=4, impl='jax')" in result.stdout
     (run_dir,) = (tmp_path / HUMANOID_TASK).iterdir()
     records = read_metrics(run_dir)
     trained = [r for r in records if "train/episode/reward/action_rate" in r]

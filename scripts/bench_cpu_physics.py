@@ -1,0 +1,147 @@
+"""MJX vs EnvPool for the Playground humanoids on this machine, in one run.
+
+    python scripts/bench_cpu_physics.py                                   # T1 and G1, 16 and 256 envs
+    python scripts/bench_cpu_physics.py --tasks T1JoystickFlatTerrain --num-envs 16 --e2e-steps 300 --json cpu.json
+
+Three tables, every ratio measured here in this run:
+1. env steps/s through the adapters (random actions, time limits and resets included),
+   EnvPool over MJX, plus the time to build the envs (MJX: cold JIT compile of reset and step);
+2. two ways to handle EnvPool's next-step auto-reset, on the bare pool: a same-step
+   `reset(env_ids)` (what the adapter does) against letting EnvPool spend a step on the
+   reset and dropping that transition, in useful transitions/s (random actions: the
+   humanoids fall every 30-50 steps, about the worst case);
+3. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
+   (the mean over the logs after the first, so MJX's compile is left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict[str, float]:
+    from envs.registry import make_env
+
+    start = time.perf_counter()
+    options = {"compilation_cache": False} if backend == "mjx" else {}
+    env = make_env("playground", task, num_envs, seed=0, backend=backend, **options)
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    actions = lambda: torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1  # noqa: E731
+    env.step(actions())[0].cpu()  # MJX compiles step here
+    build = time.perf_counter() - start
+    try:
+        for _ in range(5):
+            env.step(actions())
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            obs = env.step(actions())[0]
+            steps += 1
+        obs.cpu()
+        return {"env_steps_per_s": steps * num_envs / (time.perf_counter() - start), "build_s": build}
+    finally:
+        env.close()
+
+
+def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, float]:
+    """Useful transitions/s of the bare pool: same-step `reset(env_ids)` (what the adapter
+    does) vs EnvPool's next-step reset with the reset step's transition dropped."""
+    import envpool
+
+    from envs.playground_envpool import default_threads, env_seeds, envpool_id, lean_base_path
+
+    rates = {}
+    for strategy in ("same_step_reset", "next_step_reset_dropped"):
+        pool = envpool.make_gymnasium(envpool_id(task), num_envs=num_envs, env_seed=env_seeds(0, num_envs),
+                                      num_threads=default_threads(num_envs), base_path=lean_base_path(task))
+        pool.reset()
+        rng = np.random.default_rng(0)
+        useful, resetting, start = 0, np.zeros(num_envs, bool), time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            _, _, terminated, truncated, _ = pool.step(rng.uniform(-1, 1, (num_envs,) + pool.action_space.shape))
+            done = terminated | truncated
+            if strategy == "same_step_reset":
+                useful += num_envs
+                if done.any():
+                    pool.reset(np.flatnonzero(done))
+            else:
+                useful += int((~resetting).sum())  # a resetting env's step is not a transition
+                resetting = done
+        rates[strategy] = useful / (time.perf_counter() - start)
+        pool.close()
+    return rates
+
+
+def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
+    from fast_td3.logging import read_metrics
+
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "fast_td3.train", f"task={task}", "preset=cpu", f"env.num_envs={num_envs}",
+                   f"env.options.backend={backend}", f"total_steps={steps}", f"logger.log_interval={steps // 5}",
+                   f"eval_interval={steps * 10}", f"save_interval={steps * 10}", "logger.console=false",
+                   f"out_dir={out}"]
+        subprocess.run(command, check=True, cwd=ROOT, capture_output=True)
+        (run_dir,) = (Path(out) / task).iterdir()
+        rates = [r["perf/global_steps_per_s"] for r in read_metrics(run_dir) if "perf/global_steps_per_s" in r]
+    return float(np.mean(rates[1:] or rates))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["T1JoystickFlatTerrain", "G1JoystickFlatTerrain"])
+    parser.add_argument("--num-envs", nargs="+", type=int, default=[16, 256])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--e2e-steps", type=int, default=1000, help="global steps per end-to-end run (0: skip)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset"], help="tables to leave out")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+    results: dict[str, list] = {"adapters": [], "reset": [], "end_to_end": []}
+
+    if "adapters" not in args.skip:
+        print(f"{'task':<24}{'envs':>6}{'MJX steps/s':>13}{'EnvPool steps/s':>17}{'ratio':>8}"
+              f"{'MJX build':>11}{'EnvPool build':>15}")
+    for task in args.tasks if "adapters" not in args.skip else []:
+        for n in args.num_envs:
+            mjx, pool = (adapter_rate(task, n, b, args.seconds) for b in ("mjx", "envpool"))
+            ratio = pool["env_steps_per_s"] / mjx["env_steps_per_s"]
+            print(f"{task:<24}{n:>6}{mjx['env_steps_per_s']:>13.0f}{pool['env_steps_per_s']:>17.0f}{ratio:>7.2f}x"
+                  f"{mjx['build_s']:>10.1f}s{pool['build_s']:>14.1f}s", flush=True)
+            results["adapters"].append({"task": task, "num_envs": n, "mjx": mjx, "envpool": pool, "ratio": ratio})
+
+    if "reset" not in args.skip:
+        print(f"\n{'task':<24}{'envs':>6}{'same-step reset':>17}{'next-step, dropped':>20}{'ratio':>8}"
+              "   (transitions/s)")
+    for task in args.tasks if "reset" not in args.skip else []:
+        for n in args.num_envs:
+            r = reset_strategies(task, n, args.seconds)
+            ratio = r["same_step_reset"] / r["next_step_reset_dropped"]
+            print(f"{task:<24}{n:>6}{r['same_step_reset']:>17.0f}{r['next_step_reset_dropped']:>20.0f}"
+                  f"{ratio:>7.2f}x", flush=True)
+            results["reset"].append({"task": task, "num_envs": n, **r, "ratio": ratio})
+
+    if args.e2e_steps:
+        n = 16
+        print(f"\n{'task':<24}{'envs':>6}{'MJX global steps/s':>20}{'EnvPool global steps/s':>24}{'ratio':>8}"
+              f"   (fast-td3-train preset=cpu, {args.e2e_steps} steps)")
+        for task in args.tasks:
+            mjx, pool = (end_to_end(task, b, args.e2e_steps, n) for b in ("mjx", "envpool"))
+            print(f"{task:<24}{n:>6}{mjx:>20.1f}{pool:>24.1f}{pool / mjx:>7.2f}x", flush=True)
+            results["end_to_end"].append({"task": task, "num_envs": n, "mjx": mjx, "envpool": pool,
+                                          "ratio": pool / mjx})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

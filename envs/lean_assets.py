@@ -3,7 +3,8 @@
 EnvPool loads one MuJoCo model per env, and the stock humanoid scenes carry the
 robots' visual meshes and an 800x800 skybox: 40-110 MB per env, so 1024 T1 envs do
 not fit in 24 GB. Neither matters to the physics: visual geoms collide with nothing
-(contype = conaffinity = 0) and, in bodies with an explicit `<inertial>`, add no mass.
+(contype = conaffinity = 0) and, in bodies with an explicit `<inertial>`, add no mass
+(scenes with rangefinders, which see every geom, keep theirs).
 This module writes a copy of an asset package's scene folders without them into a
 cache folder (the robot meshes still in use are linked, not copied), and EnvPool is
 pointed at it with `base_path=`. A test checks that observations, rewards and dones
@@ -36,7 +37,10 @@ def lean_package(package_root: Path, distribution: str, cache_dir: Path | None =
         version = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    key = hashlib.sha256(f"{package_root}|{version}|{GENERATOR_VERSION}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{package_root}|{version}|{GENERATOR_VERSION}".encode())
+    for scene in sorted((package_root / SCENES).rglob("*.xml")):  # a reinstall with other files: a new copy
+        digest.update(scene.read_bytes())
+    key = digest.hexdigest()[:12]
     target = (cache_dir or cache_root()) / f"envpool-lean-{distribution}-{key}"
     if target.is_dir():
         return target
@@ -85,9 +89,11 @@ def strip_folder(folder: Path) -> dict[str, str]:
     classes = _geom_defaults([t.getroot() for t in trees.values()])
     inertia_from_geoms = any(c.get("inertiafromgeom") == "true"
                              for t in trees.values() for c in t.getroot().iter("compiler"))
+    # rangefinders see geoms that collide with nothing: keep every geom where there is one
+    sees_geoms = any(True for t in trees.values() for _ in t.getroot().iter("rangefinder"))
     for tree in trees.values():
         _drop_skybox(tree.getroot())
-        if not inertia_from_geoms:
+        if not (inertia_from_geoms or sees_geoms):
             _drop_visual_geoms(tree.getroot(), classes)
     used = {g.get("mesh") for t in trees.values() for g in t.getroot().iter("geom") if g.get("mesh")}
     for tree in trees.values():

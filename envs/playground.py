@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -402,6 +403,8 @@ class PlaygroundVecEnv:
         self.critic_obs_extends_actor_obs = critic is not None and bool(
             jnp.array_equal(critic[:, : self.num_obs], actor))
         self.episode_metrics = sorted(_zero_sums(probe))
+        self.resolved_options = {"backend": "mjx"}
+        """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._carry: _Carry | None = None
         self._renderer = None
 
@@ -544,15 +547,24 @@ def choose_backend(task: str, device: torch.device, backend: str, options: dict[
 
 
 def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", backend: str = "auto", **options: Any):
-    """The task on MJX (`PlaygroundVecEnv`) or EnvPool (`EnvPoolPlaygroundVecEnv`), see `choose_backend`."""
+    """The task on MJX (`PlaygroundVecEnv`) or EnvPool (`EnvPoolPlaygroundVecEnv`), see `choose_backend`.
+
+    Options of the other backend are dropped when `auto` chose (a run's options serve
+    both), refused when the run named the backend. An env that must render runs on MJX.
+    """
     chosen = choose_backend(task, torch.device(device), backend, options)
+    explicit = backend == chosen
+    if chosen == "envpool" and options.get("render_mode"):
+        print(f"{task}: EnvPool cannot render without an OpenGL context here; the env that draws the videos "
+              "runs on MJX", file=sys.stderr, flush=True)
+        chosen, explicit = "mjx", False
     foreign = ENVPOOL_ONLY if chosen == "mjx" else MJX_ONLY
     for key, neutral in foreign.items():
         value = options.pop(key, neutral)
-        if value != neutral:
+        if value != neutral and explicit:
             raise EnvOptionError(f"{key}={value!r} applies to the "
-                                 f"{'EnvPool' if chosen == 'mjx' else 'MJX'} backend, and this run uses {chosen}; "
-                                 f"set env.options.backend or drop the option")
+                                 f"{'EnvPool' if chosen == 'mjx' else 'MJX'} backend, and this run asked for {chosen}; "
+                                 f"drop the option or choose env.options.backend=auto")
     if chosen == "mjx":
         return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)
     from envs.playground_envpool import EnvPoolPlaygroundVecEnv

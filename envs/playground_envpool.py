@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,11 @@ def lean_base_path(task: str) -> str | None:
     for module, distribution in ASSET_PACKAGES.items():
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.origin is not None and Path(spec.origin).parent == stock:
-            return str(lean_assets.lean_package(stock, distribution))
+            try:
+                return str(lean_assets.lean_package(stock, distribution))
+            except OSError as error:  # e.g. a read-only home: the stock files work, with more memory
+                warnings.warn(f"cannot write the lean asset copy ({error}); EnvPool loads the stock scene files")
+                return None
     return None
 
 
@@ -187,6 +192,14 @@ class EnvPoolPlaygroundVecEnv:
         self._terms = sorted(k for k in info if k.startswith(REWARD_PREFIX))
         self.episode_metrics = [METRIC_PREFIX + k[len(REWARD_PREFIX):] for k in self._terms]
         self._sums = np.zeros((len(self._terms), self.num_envs), np.float64)
+        missing = [k for k in ("terminated", "env_id") if k not in info]
+        if missing:
+            import envpool
+
+            raise RuntimeError(f"EnvPool {envpool.__version__} reports no {missing} in its info; "
+                               "this adapter was written for EnvPool 1.2.x (pip install 'envpool>=1.2.5,<1.3')")
+        self.resolved_options = {"backend": "envpool"}
+        """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._fresh = (actor.copy(), None if critic is None else critic.copy())
         """The probe's reset, which the first reset() returns (another would draw new states)."""
 
@@ -217,7 +230,7 @@ class EnvPoolPlaygroundVecEnv:
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if not self._started:
             raise RuntimeError("call reset() before step()")
-        actions_np = actions.detach().to("cpu", torch.float64).clamp_(-1.0, 1.0).numpy()
+        actions_np = actions.detach().to("cpu", torch.float64).clamp(-1.0, 1.0).numpy()
         obs, rewards, terminated, truncated, info = self._pool.step(actions_np)
         # EnvPool's gymnasium layer reports terminated = done & ~truncated, hiding a fall on
         # the time limit's step; the task's own flag is in info["terminated"].

@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from fast_td3.config import AlgoConfig
+from fast_td3.distributed import average_gradients_
 from fast_td3.device import resolve_device
 from fast_td3.networks import Actor, DistributionalCritic, project_distribution
 from fast_td3.normalization import EmpiricalNormalization, RewardNormalization
@@ -191,6 +192,9 @@ class FastTD3(nn.Module):
     running statistics.
     """
 
+    per_rank_buffers = ("reward_normalizer.returns",)
+    """Buffers that hold this rank's own envs (not replicated in data-parallel runs)."""
+
     def __init__(
         self,
         cfg: AlgoConfig,
@@ -251,10 +255,22 @@ class FastTD3(nn.Module):
         self._target_critic_params = list(self.target_critic.parameters())
         self._actor_params = list(self.actor.parameters())
         self._target_actor_params = list(self.target_actor.parameters()) if self.target_actor else []
+        self.gradient_ranks = 1
+        """Ranks whose gradients each update averages (see `enable_data_parallel`)."""
         self.compile_mode = self._resolve_compile_mode()
         self._update_fn = (
             torch.compile(self._update, mode=self.compile_mode) if cfg.compile else self._update
         )
+
+    def enable_data_parallel(self, world_size: int, group=None) -> None:
+        """Replicated learning over `world_size` ranks (torch.distributed is initialised):
+        every update averages the gradients of all ranks before clipping and stepping, and
+        the normalisers pool their statistics, so the replicas stay identical (parameters
+        must start identical: broadcast them first)."""
+        self.gradient_ranks = world_size
+        for normalizer in (self.obs_normalizer, self.critic_obs_normalizer, self.reward_normalizer):
+            if hasattr(normalizer, "set_process_group"):
+                normalizer.set_process_group(group)
 
     # ----------------------------------------------------------------- helpers
     def _resolve_compile_mode(self) -> str | None:
@@ -337,6 +353,7 @@ class FastTD3(nn.Module):
             loss, q_values = critic_loss(self.critic, critic_obs, batch[keys.ACTIONS], target)
 
         loss.backward()  # gradients were zeroed by `update`
+        self._average_over_ranks(self._critic_params)
         critic_grad_norm = self._clip(self._critic_params)
         self.critic_optimizer.step()
         metrics = {
@@ -351,6 +368,7 @@ class FastTD3(nn.Module):
             with self._autocast():
                 policy_loss = actor_loss(self.actor, self.critic, obs.detach(), critic_obs.detach(), cfg.use_cdq)
             policy_loss.backward()
+            self._average_over_ranks(self._actor_params)
             metrics["actor_grad_norm"] = self._clip(self._actor_params)
             self.actor_optimizer.step()
             metrics["actor_loss"] = policy_loss.detach()
@@ -359,6 +377,10 @@ class FastTD3(nn.Module):
 
         polyak_update_(self._target_critic_params, self._critic_params, cfg.tau)
         return TensorDict(metrics, batch_size=[])
+
+    def _average_over_ranks(self, params: list[nn.Parameter]) -> None:
+        if self.gradient_ranks > 1:
+            average_gradients_(params, self.gradient_ranks)
 
     def _clip(self, params: list[nn.Parameter]) -> torch.Tensor:
         """Global gradient norm, clipped to max_grad_norm when that is set (no host sync)."""

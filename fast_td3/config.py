@@ -198,6 +198,19 @@ class LoggerConfig:
     """wandb group, e.g. to gather a sweep's runs."""
 
 
+DISTRIBUTED_BATCH_MODES = ("per_rank", "split")
+
+
+@dataclass
+class DistributedConfig:
+    """Data-parallel runs under torchrun (`torchrun --nproc_per_node=N -m fast_td3.train ...`)."""
+
+    batch: str = "per_rank"
+    """per_rank: every rank samples algo.batch_size from its own buffer (global batch and env
+    count grow with the ranks); split: algo.batch_size is the global batch, each rank samples
+    its share (same update as one process, env count still grows)."""
+
+
 @dataclass
 class TrainConfig:
     """One training run. Intervals count global steps (one vectorised env step)."""
@@ -205,6 +218,7 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     total_steps: int = 150_000
     """Length of the run in global steps."""
     eval_interval: int = 5_000
@@ -244,6 +258,8 @@ class TrainConfig:
             problems.append(f"logger.log_interval must be >= 1, got {self.logger.log_interval}")
         if self.logger.wandb_mode not in WANDB_MODES:
             problems.append(f"logger.wandb_mode must be one of {WANDB_MODES}, got {self.logger.wandb_mode!r}")
+        if self.distributed.batch not in DISTRIBUTED_BATCH_MODES:
+            problems.append(f"distributed.batch must be one of {DISTRIBUTED_BATCH_MODES}, got {self.distributed.batch!r}")
         if self.env.num_envs < 1:
             problems.append(f"env.num_envs must be >= 1, got {self.env.num_envs}")
         if self.algo.batch_size < self.env.num_envs:

@@ -24,6 +24,7 @@ from tensordict import TensorDict
 
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 from fast_td3 import checkpoint as ckpt
+from fast_td3 import distributed
 from fast_td3 import replay as keys
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
@@ -166,6 +167,8 @@ class Runner:
         eval_env: separate envs for evaluation (None: no evaluation).
         run_dir: the run folder (checkpoints/, metrics.jsonl, ...).
         logger: metrics sinks (None: a MetricsLogger built from `cfg.logger`).
+        ranks: this process's place in a torchrun job (`fast_td3/distributed.py`); every
+            rank runs this same loop on its own envs, rank 0 logs and saves.
     """
 
     def __init__(
@@ -175,19 +178,29 @@ class Runner:
         eval_env: VecEnv | None,
         run_dir: str | Path,
         logger: MetricsLogger | None = None,
+        ranks: distributed.Context = distributed.SINGLE,
     ) -> None:
         self.cfg = cfg
+        self.ranks = ranks
         self.env = env
         self.eval_env = eval_env
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.device)
         algo = cfg.algo
-        seed_everything(cfg.seed)
+        seed_everything(cfg.seed)  # the same networks on every rank
         self.agent = FastTD3(
             algo, env.num_obs, env.num_actions, env.num_critic_obs, env.num_envs, self.device,
             # updates run from global step `learning_starts` to the last one
             total_critic_updates=max(cfg.total_steps - algo.learning_starts + 1, 1) * algo.num_updates,
         )
+        self.batch_size = self._batch_per_rank()
+        if ranks.enabled:
+            distributed.broadcast_parameters_(self.agent, ranks)
+            self.agent.enable_data_parallel(ranks.world_size)
+        self.seed = ranks.rank_seed(cfg.seed)
+        """This rank's seed: exploration, replay sampling, env resets (rank 0: the run seed)."""
+        if ranks.enabled:
+            seed_everything(self.seed)
         self.buffer = ReplayBuffer(
             env.num_envs, algo.buffer_size, env.num_obs, env.num_actions,
             num_critic_obs=env.num_critic_obs,
@@ -197,7 +210,7 @@ class Runner:
             device=self.device,
         )
         self.noise = PerEnvGaussianNoise(env.num_envs, algo.std_min, algo.std_max, self.device)
-        self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.episodes = EpisodeStats.zeros(env.num_envs, self.device)
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
         self.global_step = 0
@@ -234,14 +247,25 @@ class Runner:
                     if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
                         with interval.paused():
                             self.save()
-                    if self.stop_requested:
-                        raise TrainingStopped(self.global_step, self.save(), self.stop_requested)
+                    stop = distributed.any_rank(self.stop_requested, self.ranks)  # every rank stops at one step
+                    if stop:
+                        raise TrainingStopped(self.global_step, self.save(), stop)
                 final = self.evaluate()
                 self.save()
                 return final
         finally:
             logger.close()
             self._logger = None
+
+    def _batch_per_rank(self) -> int:
+        """algo.batch_size, or its share of it under distributed.batch=split."""
+        size, ranks = self.cfg.algo.batch_size, self.ranks.world_size
+        if self.cfg.distributed.batch == "per_rank" or ranks == 1:
+            return size
+        if size % ranks or size // ranks < self.env.num_envs:
+            raise ValueError(f"distributed.batch=split: algo.batch_size ({size}) must split evenly over {ranks} "
+                             f"ranks into shares of at least env.num_envs ({self.env.num_envs})")
+        return size // ranks
 
     def learning_started(self) -> bool:
         return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
@@ -255,7 +279,7 @@ class Runner:
         # seeds derived from (seed, step), so the continuation is reproducible.
         seed = None
         if self.global_step > 0:
-            seed = int(np.random.SeedSequence([self.cfg.seed, self.global_step]).generate_state(1)[0])
+            seed = int(np.random.SeedSequence([self.seed, self.global_step]).generate_state(1)[0])
         obs, extras = self.env.reset(seed=seed)
         obs, critic_obs = self._to_device(obs), self._to_device(critic_observations(obs, extras))
         if self.cfg.check_finite:
@@ -308,7 +332,7 @@ class Runner:
         envs = torch.nonzero(bad).flatten().tolist()
         culprits = [name for name, v in tensors.items()
                     if v is not None and not bool(torch.isfinite(v[envs[0]]).all())]
-        path = self.save()
+        path = self.save(wait_for_all=False)  # the other ranks are mid-step; torchrun stops them
         when = "after reset" if at_reset else "at"
         raise NonFiniteObservationError(
             f"NaN or inf in the {' and '.join(culprits)} of env {envs[0]} "
@@ -324,7 +348,7 @@ class Runner:
         if not self._updated_in_this_process:  # the first update compiles
             self._updated_in_this_process = self._first_update_in_interval = True
         for _ in range(algo.num_updates):
-            batch = self.buffer.sample(algo.batch_size, generator=self.sample_generator)
+            batch = self.buffer.sample(self.batch_size, generator=self.sample_generator)
             metrics = self.agent.update(batch)
             if "actor_loss" in metrics.keys():
                 self._actor_metrics = metrics
@@ -333,7 +357,7 @@ class Runner:
 
     # ================================================================ log
     def log(self, interval: "_IntervalClock") -> None:
-        device_metrics = self.episodes.read()
+        device_metrics = distributed.sum_over_ranks(self.episodes.read(), self.ranks)  # episodes of every rank
         if self._critic_metrics is not None:
             m = self._critic_metrics
             device_metrics.update({
@@ -356,7 +380,7 @@ class Runner:
         # The interval holding the first update includes compilation: not a throughput.
         if seconds > 0 and steps > 0 and not self._first_update_in_interval:
             metrics["perf/global_steps_per_s"] = steps / seconds
-            metrics["perf/env_steps_per_s"] = steps * self.env.num_envs / seconds
+            metrics["perf/env_steps_per_s"] = steps * self.env.num_envs * self.ranks.world_size / seconds
             metrics["perf/updates_per_s"] = self._updates_since_log / seconds
         self._updates_since_log = 0
         self._first_update_in_interval = False
@@ -372,9 +396,9 @@ class Runner:
             return self.agent.act(obs.to(self.device)).to(env.device)
 
         frames: list = []
-        on_step = (lambda t: frames.append(env.render(0))) if self.cfg.eval_video else None
-        episodes = run_episodes(env, policy, eval_seed(self.cfg.seed), on_step)
-        results = summarize(episodes)
+        on_step = (lambda t: frames.append(env.render(0))) if self.cfg.eval_video and self.ranks.is_main else None
+        episodes = run_episodes(env, policy, eval_seed(self.seed), on_step)
+        results = summarize(distributed.gather_episodes(episodes, self.ranks))  # every rank's episodes
         self.last_eval = results
         if self._logger is not None:
             self._logger.log(self.global_step, results)
@@ -411,8 +435,15 @@ class Runner:
         return {"num_envs": env.num_envs, "num_obs": env.num_obs,
                 "num_critic_obs": env.num_critic_obs, "num_actions": env.num_actions}
 
-    def save(self) -> Path:
-        return self.checkpoints.save(self.state(), self.global_step)
+    def save(self, wait_for_all: bool = True) -> Path | None:
+        """Rank 0 writes the checkpoint; with `wait_for_all`, every rank returns once it exists
+        (after checking that the ranks' networks are still identical)."""
+        if wait_for_all and self.ranks.enabled:
+            distributed.check_replicas(self.agent, self.ranks)
+        path = self.checkpoints.save(self.state(), self.global_step) if self.ranks.is_main else None
+        if wait_for_all and self.ranks.enabled:
+            distributed.barrier(self.ranks)
+        return path if path is not None else self.checkpoints.latest()
 
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: step counter, schedules, normalisers, noise, RNG streams."""
@@ -430,14 +461,20 @@ class Runner:
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.sample_generator.set_state(rng["sample"].cpu())  # CPU ByteTensor, whatever the device
         random.setstate((3, tuple(rng["python"]), None))
-        if "buffer" in state:
+        if "buffer" in state:  # rank 0's transitions on every rank: all ranks start learning together
             self.buffer.load_state_dict(state["buffer"])
-        if ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
+        if not self.ranks.is_main:  # rank 0's streams were saved; this rank continues its own
+            rank_stream = int(np.random.SeedSequence([self.seed, self.global_step]).generate_state(1)[0])
+            seed_everything(rank_stream)
+            self.sample_generator.manual_seed(rank_stream)
+        if self.ranks.is_main and ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
             # Continuing from an older checkpoint of this run: what came after it is another
             # history; keep those files aside rather than mixing or pruning them.
             self.checkpoints.set_aside_after(self.global_step)
 
     def _make_logger(self) -> MetricsLogger:
+        if not self.ranks.is_main:
+            return distributed.SilentLogger()
         return MetricsLogger(
             self.cfg.logger, self.run_dir, config_dict(self.cfg), self.cfg.env.task,
             self.cfg.total_steps, self.global_step, self.env.num_envs,

@@ -21,6 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.registry import EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, make_env
+from fast_td3 import distributed
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
 from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
 from fast_td3.device import resolve_device
@@ -78,23 +79,40 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
     return saved
 
 
-def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
-    """Make train and eval envs, restore a checkpoint when resuming, train."""
+def record_config(cfg: DictConfig, run_dir: Path) -> None:
+    """The run's merged config, which resumes start from."""
+    atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
+
+
+def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context = distributed.SINGLE) -> dict[str, float]:
+    """Make train and eval envs, restore a checkpoint when resuming, train (this rank's
+    share of a torchrun job: its own envs and seeds)."""
     env_cfg = cfg.env
-    device = resolve_device(cfg.device)
-    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, cfg.seed, device, **env_cfg.adapter_options())
-    print(f"Envs: {env!r}", flush=True)
+    device = distributed.rank_device(resolve_device(cfg.device), ranks)
+    if ranks.enabled:
+        cfg.device = str(device)
+    seed = ranks.rank_seed(cfg.seed)
+    say = print if ranks.is_main else (lambda *a, **k: None)
+    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, seed, device, **env_cfg.adapter_options())
+    say(f"Envs: {env!r}" + (f" on each of {ranks.world_size} ranks" if ranks.enabled else ""), flush=True)
     eval_env = None
     try:
+        resolved = getattr(env, "resolved_options", {})
+        if any(env_cfg.options.get(k) != v for k, v in resolved.items()):
+            # e.g. backend=auto -> envpool: a resumed run and fast-td3-eval keep the same physics
+            env_cfg.options.update(resolved)
+            if ranks.is_main:
+                record_config(OmegaConf.structured(cfg), run_dir)
         eval_options = env_cfg.adapter_options(evaluation=True)
-        if cfg.eval_video:
+        if cfg.eval_video and ranks.is_main:
             eval_options["render_mode"] = "rgb_array"
-        eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(cfg.seed), device, **eval_options)
-        runner = Runner(cfg, env, eval_env, run_dir)
+        eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
+        say(f"Eval envs: {eval_env!r}", flush=True)
+        runner = Runner(cfg, env, eval_env, run_dir, ranks=ranks)
         if cfg.resume:
             checkpoint = find_checkpoint(cfg.resume)
             runner.load(checkpoint)
-            print(f"Resuming {run_dir} from {checkpoint.name} (global step {runner.global_step})", flush=True)
+            say(f"Resuming {run_dir} from {checkpoint.name} (global step {runner.global_step})", flush=True)
         return runner.train()
     finally:
         env.close()
@@ -106,11 +124,12 @@ def build_and_train(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
 def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    ranks = distributed.init(resolve_device(cfg.device))  # SINGLE unless launched by torchrun
     try:
         if cfg.resume:
             find_checkpoint(cfg.resume)  # fail before touching the run folder
             cfg = _resumed_config(cfg)
-        elif (run_dir / RESOLVED_CONFIG).exists():
+        elif ranks.is_main and (run_dir / RESOLVED_CONFIG).exists():
             raise ConfigError(
                 f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
             )
@@ -119,12 +138,13 @@ def main(cfg: DictConfig) -> float | None:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
             if importlib.util.find_spec("imageio_ffmpeg") is None:
                 raise ConfigError('eval_video=true writes .mp4 videos with imageio-ffmpeg: pip install -e ".[video]"')
-        # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
-        atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
+        if ranks.is_main:
+            # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
+            record_config(cfg, run_dir)
         full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
-        if full_size and resolve_device(train_cfg.device).type == "cpu":
+        if full_size and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
             print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
-        final = build_and_train(train_cfg, run_dir)
+        final = build_and_train(train_cfg, run_dir, ranks)
     except USER_ERRORS as error:
         print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
         sys.exit(3 if isinstance(error, NonFiniteObservationError) else 2)
@@ -135,7 +155,10 @@ def main(cfg: DictConfig) -> float | None:
         print(f"Aborted. Continue from the last checkpoint with: fast-td3-train resume={run_dir}",
               file=sys.stderr, flush=True)
         sys.exit(130)
-    print(f"Run folder: {run_dir}", flush=True)
+    finally:
+        distributed.shutdown(ranks)
+    if ranks.is_main:
+        print(f"Run folder: {run_dir}", flush=True)
     return final.get("eval/return_mean")
 
 
@@ -247,6 +270,8 @@ def cli() -> None:
         print(f"fast-td3-train: error: {problem}", file=sys.stderr)
         sys.exit(2)
     sys.argv[1:] = [add_to_free_form_dicts(arg) for arg in args]
+    if distributed.launched_by_torchrun():
+        sys.argv[1:] += distributed.hydra_overrides(args)
     main()
 
 

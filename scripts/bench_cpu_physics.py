@@ -3,14 +3,16 @@
     python scripts/bench_cpu_physics.py                                   # T1 and G1, 16 and 256 envs
     python scripts/bench_cpu_physics.py --tasks T1JoystickFlatTerrain --num-envs 16 --e2e-steps 300 --json cpu.json
 
-Three tables, every ratio measured here in this run:
+Four tables, every ratio measured here in this run:
 1. env steps/s through the adapters (random actions, time limits and resets included),
    EnvPool over MJX, plus the time to build the envs (MJX: cold JIT compile of reset and step);
 2. two ways to handle EnvPool's next-step auto-reset, on the bare pool: a same-step
    `reset(env_ids)` (what the adapter does) against letting EnvPool spend a step on the
    reset and dropping that transition, in useful transitions/s (random actions: the
    humanoids fall every 30-50 steps, about the worst case);
-3. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
+3. overlap: EnvPool stepping asynchronously (send/recv) while a preset=cpu update runs,
+   against stepping and updating in turn;
+4. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
    (the mean over the logs after the first, so MJX's compile is left out).
 """
 
@@ -83,6 +85,59 @@ def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, floa
     return rates
 
 
+def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
+    """Global steps/s of [env step, update] in turn vs EnvPool stepping (send/recv) while
+    the learner updates (preset=cpu networks and batch, bf16, eager, T1-sized observations)."""
+    import envpool
+
+    from envs.playground_envpool import default_threads, env_seeds, envpool_id, lean_base_path
+    from fast_td3.agent import FastTD3
+    from fast_td3.config import AlgoConfig
+    from fast_td3.replay import ReplayBuffer
+
+    cfg = AlgoConfig(precision="bf16", compile=False, batch_size=2048, actor_hidden_dims=[256, 128],
+                     critic_hidden_dims=[256, 256])
+    pool = envpool.make_gymnasium(envpool_id(task), num_envs=num_envs, batch_size=num_envs,
+                                  env_seed=env_seeds(0, num_envs), num_threads=default_threads(num_envs),
+                                  base_path=lean_base_path(task))
+    obs, _ = pool.reset()
+    num_obs, num_critic = obs["state"].shape[1], obs["privileged_state"].shape[1]
+    num_actions = pool.action_space.shape[0]
+    agent = FastTD3(cfg, num_obs, num_actions, num_critic, device="cpu")
+    buffer = ReplayBuffer(num_envs, 64, num_obs, num_actions, num_critic, critic_obs_extends_actor_obs=True)
+    for _ in range(8):
+        actor, critic = (torch.from_numpy(obs[k]).float() for k in ("state", "privileged_state"))
+        buffer.extend({"observations": actor, "next_observations": actor, "critic_observations": critic,
+                       "next_critic_observations": critic, "actions": torch.zeros(num_envs, num_actions),
+                       "rewards": torch.zeros(num_envs), "terminated": torch.zeros(num_envs, dtype=torch.bool),
+                       "truncated": torch.zeros(num_envs, dtype=torch.bool)})
+    batch = buffer.sample(cfg.batch_size)
+    rng = np.random.default_rng(0)
+    actions = lambda: rng.uniform(-1, 1, (num_envs, num_actions))  # noqa: E731
+    for _ in range(3):
+        agent.update(batch)
+
+    def rate(body) -> float:
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            body()
+            steps += 1
+        return steps / (time.perf_counter() - start)
+
+    in_turn = rate(lambda: (pool.step(actions()), agent.update(batch)))
+    pool.send(actions())
+
+    def overlapped():
+        agent.update(batch)  # while EnvPool's threads step the actions sent before
+        pool.recv()
+        pool.send(actions())
+
+    both = rate(overlapped)
+    pool.recv()
+    pool.close()
+    return {"in_turn": in_turn, "overlapped": both}
+
+
 def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
     from fast_td3.logging import read_metrics
 
@@ -103,10 +158,11 @@ def main() -> None:
     parser.add_argument("--num-envs", nargs="+", type=int, default=[16, 256])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--e2e-steps", type=int, default=1000, help="global steps per end-to-end run (0: skip)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset"], help="tables to leave out")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset", "overlap"],
+                        help="tables to leave out")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
-    results: dict[str, list] = {"adapters": [], "reset": [], "end_to_end": []}
+    results: dict[str, list] = {"adapters": [], "reset": [], "overlap": [], "end_to_end": []}
 
     if "adapters" not in args.skip:
         print(f"{'task':<24}{'envs':>6}{'MJX steps/s':>13}{'EnvPool steps/s':>17}{'ratio':>8}"
@@ -129,6 +185,16 @@ def main() -> None:
             print(f"{task:<24}{n:>6}{r['same_step_reset']:>17.0f}{r['next_step_reset_dropped']:>20.0f}"
                   f"{ratio:>7.2f}x", flush=True)
             results["reset"].append({"task": task, "num_envs": n, **r, "ratio": ratio})
+
+    if "overlap" not in args.skip:
+        print(f"\n{'task':<24}{'envs':>6}{'step, update':>14}{'overlapped':>12}{'ratio':>8}"
+              "   (global steps/s: EnvPool send/recv around a preset=cpu update)")
+    for task in args.tasks if "overlap" not in args.skip else []:
+        for n in args.num_envs:
+            r = overlap(task, n, args.seconds)
+            ratio = r["overlapped"] / r["in_turn"]
+            print(f"{task:<24}{n:>6}{r['in_turn']:>14.1f}{r['overlapped']:>12.1f}{ratio:>7.2f}x", flush=True)
+            results["overlap"].append({"task": task, "num_envs": n, **r, "ratio": ratio})
 
     if args.e2e_steps:
         n = 16

@@ -183,7 +183,7 @@ def test_push_switch_maps_to_the_tasks_own_key():
 def test_unknown_reward_term_from_the_command_line(tmp_path):
     """No `+` needed for a reward scale; a typo exits 2 listing the valid terms, before any compile."""
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu",
+        [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu", "env.options.backend=mjx",
          "env.reward_scales.feet_slipp=-1", f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )

@@ -96,12 +96,47 @@ def test_observation_after_a_done_is_the_reset_envpool_itself_would_give():
     torch.testing.assert_close(alive, torch.full((n,), 0.25))  # T1: alive scale 0.25, one step
 
 
+def test_when_some_envs_finish_only_their_rows_are_reset():
+    """Falls at different steps: at the first step where some but not all envs end, the
+    finished rows hold EnvPool's reset state and the others its plain next state; the
+    metric sums restart for the finished rows only."""
+    seed, n = 2, 6
+    env = EnvPoolPlaygroundVecEnv(T1, n, seed=seed)
+    bare = bare_pool(T1, env_seeds(seed, n))
+    env.reset(), bare.reset()
+    g = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        actions = torch.rand(n, env.num_actions, generator=g) * 2 - 1
+        obs, _, dones, extras = env.step(actions)
+        bare_obs, *_ = bare.step(actions.double().numpy())
+        if dones.any():
+            break
+    assert dones.any() and not dones.all(), "expected some envs to fall first"
+    torch.testing.assert_close(obs[~dones], torch.from_numpy(bare_obs["state"]).float()[~dones])
+    reset_obs, *_ = bare.step(np.zeros((n, env.num_actions)))  # resets the finished ones, steps the others
+    torch.testing.assert_close(obs[dones], torch.from_numpy(reset_obs["state"]).float()[dones])
+    _, _, _, after = env.step(torch.zeros(n, env.num_actions))
+    alive = after[EPISODE]["reward/alive"]
+    assert torch.allclose(alive[dones], torch.tensor(0.25)) and (alive[~dones] > 0.25).all()
+    env.close(), bare.close()
+
+
 def test_asymmetric_observations_and_privileged_tail():
     env = EnvPoolPlaygroundVecEnv(T1, 2)
     assert (env.num_obs, env.num_critic_obs, env.num_actions) == (85, 180, 23)
     obs, extras = env.reset()
     assert env.critic_obs_extends_actor_obs and torch.equal(extras[OBSERVATIONS][CRITIC][:, :85], obs)
     assert "reward/tracking_lin_vel" in env.episode_metrics and len(env.episode_metrics) == 25
+    env.close()
+
+
+def test_actions_given_are_not_changed():
+    env = EnvPoolPlaygroundVecEnv(T1, 2)
+    env.reset()
+    actions = torch.full((2, 23), 2.0, dtype=torch.float64)
+    env.step(actions)
+    assert (actions == 2.0).all()
+    env.close()
 
 
 # ---------------------------------------------------------------- lean assets
@@ -242,14 +277,28 @@ def test_auto_backend_is_envpool_for_t1_and_g1_on_cpu_and_mjx_otherwise():
         choose_backend(T1, cpu, "brax", {})
 
 
-def test_options_of_the_other_backend_are_refused():
+def test_options_of_the_other_backend_are_refused_when_the_backend_was_asked_for():
     with pytest.raises(EnvOptionError, match="domain_randomization=True applies to the MJX backend"):
         make_env("playground", T1, 2, seed=0, backend="envpool", domain_randomization=True)
     with pytest.raises(EnvOptionError, match="num_threads=2 applies to the EnvPool backend"):
-        make_env("playground", "CartpoleBalance", 2, seed=0, num_threads=2)
+        make_env("playground", "CartpoleBalance", 2, seed=0, backend="mjx", num_threads=2)
     env = make_env("playground", T1, 2, seed=0, impl="auto", push=None, domain_randomization=False,
                    config_overrides={}, menagerie_path=None, compilation_cache=None, num_threads=1, lean_assets=True)
     assert isinstance(env, EnvPoolPlaygroundVecEnv) and env.num_threads == 1  # the suite's defaults pass
+
+
+def test_auto_drops_the_other_backends_options_and_a_rendering_env_runs_on_mjx(monkeypatch):
+    """One run's options serve its training envs (EnvPool) and a video env (MJX: EnvPool
+    cannot render headless), whichever backend `auto` or the saved config names."""
+    import envs.playground as playground
+
+    built = []
+    monkeypatch.setattr(playground, "PlaygroundVecEnv", lambda task, n, **kw: built.append(kw) or "mjx env")
+    options = dict(num_threads=1, lean_assets=False, impl="auto", domain_randomization=False)
+    assert playground.make(T1, 2, backend="envpool", render_mode="rgb_array", **options) == "mjx env"
+    assert playground.make("CartpoleBalance", 2, backend="auto", **options) == "mjx env"
+    assert all("num_threads" not in kw and "lean_assets" not in kw for kw in built)
+    assert built[0]["render_mode"] == "rgb_array"
 
 
 def test_reset_with_a_seed_rebuilds_the_same_initial_states():
@@ -276,6 +325,10 @@ def test_t1_trains_on_envpool_through_the_cli(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Envs: EnvPoolPlaygroundVecEnv('T1JoystickFlatTerrain', num_envs=8" in result.stdout
     (run_dir,) = (tmp_path / T1).iterdir()
+    from omegaconf import OmegaConf
+
+    # auto's choice is recorded: a resume or fast-td3-eval on another device keeps EnvPool
+    assert OmegaConf.load(run_dir / "config.yaml").env.options.backend == "envpool"
     records = read_metrics(run_dir)
     trained = [r for r in records if "train/episode/reward/orientation" in r]
     assert trained and all(r["train/episode_length"] == 10 for r in trained)

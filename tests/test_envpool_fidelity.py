@@ -29,6 +29,8 @@ from mujoco_playground._src import mjx_env  # noqa: E402
 
 from envs import playground, playground_envpool  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a cold JAX compile of T1's step (~45 s on 2 cores)
+
 TASK = "T1JoystickFlatTerrain"
 NUM_ENVS, STEPS = 4, 8
 SEED = 9

@@ -1,0 +1,184 @@
+"""Data-parallel training on torch.distributed, launched by torchrun.
+
+    torchrun --standalone --nproc_per_node=2 -m fast_td3.train task=... [overrides]
+
+Each rank has its own envs, replay buffer and seeds (run seed + rank); the learner
+is replicated: parameters start equal (broadcast from rank 0), gradients are averaged
+across ranks inside the update, and the observation normalisers pool their statistics,
+so every rank holds the same networks after every update. Rank 0 logs and writes
+checkpoints; a resumed run loads rank 0's checkpoint on every rank. NCCL on GPUs,
+gloo on CPUs; stop requests and evaluation results travel on a gloo group, so they
+never wait for the GPU stream.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process sits in the job (a single process: rank 0 of 1)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    control_group: Any = None
+    """A gloo group for host-side messages (stop flags, evaluation results)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def rank_seed(self, seed: int) -> int:
+        """The seed of this rank's envs, exploration and sampling."""
+        return seed + self.rank
+
+
+SINGLE = Context()
+
+
+def launched_by_torchrun() -> bool:
+    return all(v in os.environ for v in LAUNCH_VARS) and int(os.environ["WORLD_SIZE"]) > 1
+
+
+def init(device: torch.device) -> Context:
+    """Join the job torchrun started (NCCL for CUDA, gloo otherwise); SINGLE when not launched by it."""
+    if not launched_by_torchrun():
+        return SINGLE
+    rank, world, local = (int(os.environ[v]) for v in LAUNCH_VARS)
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
+    control = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+    return Context(rank, world, local, control)
+
+
+def hydra_overrides(args: list[str]) -> list[str]:
+    """Run-folder overrides for a torchrun job: one folder for all ranks (named after
+    torchrun's run id, which every rank shares, not a clock), written by rank 0 only."""
+    extra = []
+    if not any(a.startswith(("hydra.run.dir=", "resume=")) for a in args):
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "job")[:8]
+        extra.append(f"hydra.run.dir=${{out_dir}}/${{env.task}}/torchrun-{run_id}_${{seed}}")
+    if int(os.environ.get("RANK", "0")) > 0:
+        extra.append("hydra.output_subdir=null")
+    return extra
+
+
+def rank_device(device: torch.device, ctx: Context) -> torch.device:
+    """cuda -> this rank's GPU (torchrun's LOCAL_RANK); other devices unchanged."""
+    if device.type == "cuda" and ctx.enabled:
+        return torch.device("cuda", ctx.local_rank)
+    return device
+
+
+def broadcast_parameters_(module: torch.nn.Module, ctx: Context) -> None:
+    """Every rank takes rank 0's parameters and buffers (same start, same normalisers)."""
+    if not ctx.enabled:
+        return
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+
+def average_gradients_(params: list[torch.nn.Parameter], world_size: int) -> None:
+    """Mean of the gradients over ranks, in one flat all-reduce (no host sync)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size
+    torch._foreach_copy_(grads, [chunk.view_as(g) for chunk, g in zip(flat.split([g.numel() for g in grads]), grads)])
+
+
+class ReplicaMismatchError(RuntimeError):
+    """The ranks' networks differ: gradients or normaliser statistics were not shared."""
+
+
+def check_replicas(module: torch.nn.Module, ctx: Context) -> None:
+    """Raise ReplicaMismatchError unless every rank holds the same parameters and buffers
+    (compared by a float64 fingerprint, at checkpoints: one small all-gather)."""
+    if not ctx.enabled:
+        return
+    own = set(getattr(module, "per_rank_buffers", ()))  # e.g. per-env running returns
+    with torch.no_grad():
+        tensors = list(module.parameters()) + [b for name, b in module.named_buffers() if name not in own]
+        fingerprint = torch.stack([t.double().sum() for t in tensors] + [t.double().abs().sum() for t in tensors])
+    fingerprint = fingerprint.cpu()
+    gathered = [torch.empty_like(fingerprint) for _ in range(ctx.world_size)]
+    dist.all_gather(gathered, fingerprint, group=ctx.control_group)
+    for rank, other in enumerate(gathered[1:], start=1):
+        if not torch.equal(other, gathered[0]):
+            raise ReplicaMismatchError(f"rank {rank}'s networks differ from rank 0's "
+                                       f"(max fingerprint gap {float((other - gathered[0]).abs().max()):.3g})")
+
+
+def any_rank(flag: int, ctx: Context) -> int:
+    """The largest of every rank's flag (e.g. a stop signal number), on the control group."""
+    if not ctx.enabled:
+        return flag
+    value = torch.tensor([flag], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=ctx.control_group)
+    return int(value.item())
+
+
+def sum_over_ranks(values: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
+    """Per-key sums over ranks of device scalars (one all-reduce)."""
+    if not ctx.enabled or not values:
+        return values
+    keys = list(values)
+    stacked = torch.stack([values[k].detach().float().reshape(()) for k in keys])
+    dist.all_reduce(stacked)
+    return dict(zip(keys, stacked.unbind(0)))
+
+
+def gather_episodes(episodes: dict[str, torch.Tensor], ctx: Context) -> dict[str, torch.Tensor]:
+    """Every rank's evaluation episodes (CPU tensors of equal length per rank), concatenated."""
+    if not ctx.enabled:
+        return episodes
+    gathered = {}
+    for key, values in episodes.items():
+        parts = [torch.empty_like(values) for _ in range(ctx.world_size)]
+        dist.all_gather(parts, values.contiguous(), group=ctx.control_group)
+        gathered[key] = torch.cat(parts)
+    return gathered
+
+
+class SilentLogger:
+    """The logger of ranks other than 0: rank 0 writes the job's metrics."""
+
+    def advance(self, step: int) -> None:
+        pass
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def log_video(self, step: int, path) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def barrier(ctx: Context) -> None:
+    if ctx.enabled:
+        dist.barrier(group=ctx.control_group)
+
+
+def shutdown(ctx: Context) -> None:
+    if ctx.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -268,6 +268,10 @@ class FastTD3(nn.Module):
         the normalisers pool their statistics, so the replicas stay identical (parameters
         must start identical: broadcast them first)."""
         self.gradient_ranks = world_size
+        if self.compile_mode == "reduce-overhead":
+            # CUDA graphs around the gradient all-reduce have not been run on GPUs here: plain compile
+            self.compile_mode = None
+            self._update_fn = torch.compile(self._update)
         for normalizer in (self.obs_normalizer, self.critic_obs_normalizer, self.reward_normalizer):
             if hasattr(normalizer, "set_process_group"):
                 normalizer.set_process_group(group)

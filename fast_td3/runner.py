@@ -327,12 +327,21 @@ class Runner:
             if value is not None:
                 value = value.to(self.device)
                 bad |= ~torch.isfinite(value.reshape(self.env.num_envs, -1)).all(-1)
-        if not bool(bad.any()):  # the one host sync of a step
+        found_here = bool(bad.any())  # the one host sync of a step
+        if self.ranks.enabled:  # every rank learns of it at this step, and all stop together
+            if not distributed.any_rank(int(found_here), self.ranks):
+                return
+            if not found_here:
+                raise NonFiniteObservationError(
+                    f"another rank found NaN or inf {'after reset' if at_reset else 'at'} global step "
+                    f"{self.global_step + (not at_reset)}; its message names the env. "
+                    f"Checkpoint of the last good step: {self.save()}")
+        elif not found_here:
             return
         envs = torch.nonzero(bad).flatten().tolist()
         culprits = [name for name, v in tensors.items()
                     if v is not None and not bool(torch.isfinite(v[envs[0]]).all())]
-        path = self.save(wait_for_all=False)  # the other ranks are mid-step; torchrun stops them
+        path = self.save()
         when = "after reset" if at_reset else "at"
         raise NonFiniteObservationError(
             f"NaN or inf in the {' and '.join(culprits)} of env {envs[0]} "
@@ -456,15 +465,17 @@ class Runner:
         self.noise.load_state_dict(state["noise"])
         self.global_step = int(state["global_step"])
         rng = state["rng"]
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        self.sample_generator.set_state(rng["sample"].cpu())  # CPU ByteTensor, whatever the device
-        random.setstate((3, tuple(rng["python"]), None))
+        if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+            self.sample_generator.set_state(rng["sample"].cpu())  # CPU ByteTensor, whatever the device
+            random.setstate((3, tuple(rng["python"]), None))
         if "buffer" in state:  # rank 0's transitions on every rank: all ranks start learning together
             self.buffer.load_state_dict(state["buffer"])
-        if not self.ranks.is_main:  # rank 0's streams were saved; this rank continues its own
-            rank_stream = int(np.random.SeedSequence([self.seed, self.global_step]).generate_state(1)[0])
+        if not self.ranks.is_main:
+            # not the env-reset seed of _reset_envs ([seed, step]): a third entry
+            rank_stream = int(np.random.SeedSequence([self.seed, self.global_step, 1]).generate_state(1)[0])
             seed_everything(rank_stream)
             self.sample_generator.manual_seed(rank_stream)
         if self.ranks.is_main and ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
@@ -477,7 +488,7 @@ class Runner:
             return distributed.SilentLogger()
         return MetricsLogger(
             self.cfg.logger, self.run_dir, config_dict(self.cfg), self.cfg.env.task,
-            self.cfg.total_steps, self.global_step, self.env.num_envs,
+            self.cfg.total_steps, self.global_step, self.env.num_envs * self.ranks.world_size,
         )
 
 

@@ -104,7 +104,7 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
             if ranks.is_main:
                 record_config(OmegaConf.structured(cfg), run_dir)
         eval_options = env_cfg.adapter_options(evaluation=True)
-        if cfg.eval_video and ranks.is_main:
+        if cfg.eval_video:  # on every rank, so all evaluate on the same physics; rank 0 draws
             eval_options["render_mode"] = "rgb_array"
         eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
         say(f"Eval envs: {eval_env!r}", flush=True)
@@ -124,16 +124,19 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
 def main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    ranks = distributed.init(resolve_device(cfg.device))  # SINGLE unless launched by torchrun
+    ranks = distributed.SINGLE
     try:
         if cfg.resume:
             find_checkpoint(cfg.resume)  # fail before touching the run folder
             cfg = _resumed_config(cfg)
-        elif ranks.is_main and (run_dir / RESOLVED_CONFIG).exists():
+        train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        # after the resumed config: its device picks NCCL or gloo (SINGLE unless launched by torchrun)
+        ranks = distributed.init(resolve_device(train_cfg.device))
+        if not cfg.resume and (run_dir / RESOLVED_CONFIG).exists():
             raise ConfigError(
                 f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
             )
-        train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        distributed.barrier(ranks)  # every rank has checked before rank 0 writes config.yaml
         if train_cfg.eval_video:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
             if importlib.util.find_spec("imageio_ffmpeg") is None:
@@ -271,6 +274,10 @@ def cli() -> None:
         sys.exit(2)
     sys.argv[1:] = [add_to_free_form_dicts(arg) for arg in args]
     if distributed.launched_by_torchrun():
+        if "-m" in args or "--multirun" in args:
+            print("fast-td3-train: error: a sweep (-m) cannot run under torchrun; launch one torchrun job per run",
+                  file=sys.stderr)
+            sys.exit(2)
         sys.argv[1:] += distributed.hydra_overrides(args)
     main()
 

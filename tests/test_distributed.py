@@ -108,6 +108,12 @@ def test_replicas_that_drift_apart_are_detected(tmp_path):
         assert "rank 1's networks differ from rank 0's" in (tmp_path / f"rank{rank}").read_text()
 
 
+def test_rank_seeds_are_independent_of_neighbouring_run_seeds():
+    seeds = {(seed, rank): distributed.Context(rank, 4, rank).rank_seed(seed) for seed in (1, 2, 3) for rank in range(4)}
+    assert seeds[(1, 0)] == 1  # rank 0 keeps the run seed: a 1-rank run is the single-process run
+    assert len(set(seeds.values())) == len(seeds)  # e.g. seed 1's rank 1 is not seed 2's rank 0
+
+
 def test_split_batch_gives_each_rank_its_share():
     from helpers import make_runner, tiny_train_config
 
@@ -151,6 +157,7 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     evals = [r for r in records if "eval/return_mean" in r]
     assert [r["step"] for r in evals] == [20, 40] and all(r["eval/episodes"] == 6 for r in evals)
     assert len([r for r in records if r.get("step") == 10 and "loss/critic" in r]) == 1  # rank 0 logs alone
+    assert all(r["env_steps"] == r["step"] * 4 * 2 for r in records)  # 4 envs on each of 2 ranks
     assert first.stdout.count("Run folder:") == 1
 
     second = torchrun(f"resume={run_dir}", "total_steps=60")
@@ -159,3 +166,34 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     assert (run_dir / "checkpoints" / "step_000000060.pt").exists()
     assert [r["step"] for r in read_metrics(run_dir) if "eval/return_mean" in r] == [20, 40, 60]
     assert len(list((tmp_path / "InvertedPendulum-v5").iterdir())) == 1  # no second folder
+
+
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint(tmp_path):
+    """SIGTERM to one worker only: the ranks agree on the stop at the next step, rank 0
+    saves, both report the same step."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "fast_td3.train", *COMMON, "total_steps=100000", "eval_interval=0", "save_interval=0",
+               f"out_dir={tmp_path}"]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + 300
+        metrics = None
+        while time.time() < deadline and metrics is None:
+            time.sleep(1)
+            metrics = next((p for p in tmp_path.glob("*/*/metrics.jsonl") if p.stat().st_size > 0), None)
+        assert metrics is not None, "training did not start"
+        workers = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2
+        os.kill(int(workers[-1]), signal.SIGTERM)
+        _, stderr = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    stops = [line for line in stderr.splitlines() if line.startswith("Stopped at global step")]
+    assert len(stops) == 2 and stops[0].split(";")[0] == stops[1].split(";")[0], stderr[-3000:]
+    step = int(stops[0].split(";")[0].removeprefix("Stopped at global step "))
+    (checkpoint,) = metrics.parent.glob("checkpoints/*.pt")
+    assert checkpoint.name == f"step_{step:09d}.pt"

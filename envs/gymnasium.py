@@ -1,27 +1,30 @@
 """Gymnasium MuJoCo tasks (`HalfCheetah-v5`, `Humanoid-v5`, ...) behind the env contract.
 
-The CPU default suite. Envs step with same-step auto-reset, in this process
-(`vectorization="sync"`) or sharded over worker processes (`"processes"`, `num_workers`
-of them; see `envs/worker_pool.py`). `"auto"` (the default) uses workers only when each
-gets at least `ENVS_PER_WORKER` envs and there are 2 or more of them: below that the
-pipe round trip costs more than the stepping it spreads (scripts/bench_envs.py). Each env
-gets its own seed derived from the run seed. Observations become float32 torch tensors
-on `device`; actions in [-1, 1] are clamped and rescaled to the env's action bounds.
+The CPU default suite, and the machinery HumanoidBench (`envs/humanoid_bench.py`) runs
+on. Envs step with same-step auto-reset, in this process (`vectorization="sync"`),
+sharded over worker processes that share memory (`"processes"`, `num_workers` of them),
+or one process per env through SB3's `SubprocVecEnv` (`"subproc"`); see
+`envs/worker_pool.py`. `"auto"` (the default) uses workers only when each gets at least
+`ENVS_PER_WORKER` envs and there are 2 or more of them: below that the pipe round trip
+costs more than the stepping it spreads (scripts/bench_envs.py). Each env gets its own
+seed derived from the run seed. Observations become float32 torch tensors on `device`;
+actions in [-1, 1] are clamped and rescaled to the env's action bounds.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
-from envs.worker_pool import InProcess, WorkerPool, available_cpus
+from envs.worker_pool import InProcess, SubprocPool, WorkerPool, available_cpus
 
-VECTORIZATIONS = ("auto", "sync", "processes")
+VECTORIZATIONS = ("auto", "sync", "processes", "subproc")
 ENVS_PER_WORKER = 32
 
 
@@ -29,6 +32,14 @@ def auto_workers(num_envs: int, cpus: int | None = None) -> int:
     """Worker processes for `vectorization="auto"` (0: step in this process)."""
     workers = min(cpus or available_cpus(), num_envs // ENVS_PER_WORKER)
     return workers if workers >= 2 else 0
+
+
+def make_registered(package: str | None, task: str, **kwargs: Any) -> gym.Env:
+    """`gym.make(task)` after importing the package that registers it: a worker process
+    started fresh (SB3's forkserver) has not imported it yet."""
+    if package:
+        importlib.import_module(package)
+    return gym.make(task, **kwargs)
 
 
 def tasks() -> list[str]:
@@ -48,11 +59,17 @@ class GymnasiumVecEnv:
         num_envs: number of parallel envs.
         seed: run seed; env `i` is seeded with `derive_env_seeds(seed, num_envs)[i]`.
         device: where returned tensors live.
-        vectorization: "auto", "sync" (in this process) or "processes" (sharded over workers).
+        vectorization: "auto", "sync" (in this process), "processes" (sharded over workers
+            sharing memory) or "subproc" (SB3's SubprocVecEnv, one process per env).
         num_workers: worker processes for "processes" (0: one per CPU core).
         max_episode_steps: time limit (None: the task's registered limit).
         env_kwargs: keyword arguments for `gym.make` (e.g. reward weights).
         render_mode: "rgb_array" to allow `render()` (videos); None otherwise.
+        package: module that registers `task` with gymnasium when imported (e.g.
+            "humanoid_bench"); imported here and in every worker before `gym.make`.
+        start_method: multiprocessing start method for "subproc" (None: fork where available).
+        env_factory: `(package, task, **gym_make_kwargs) -> gym.Env`, a module-level function
+            (workers may unpickle it); default `make_registered`.
     """
 
     def __init__(
@@ -66,9 +83,14 @@ class GymnasiumVecEnv:
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
         render_mode: str | None = None,
+        package: str | None = None,
+        start_method: str | None = None,
+        env_factory: Callable[..., gym.Env] | None = None,
     ) -> None:
         if vectorization not in VECTORIZATIONS:
             raise ValueError(f"vectorization must be one of {VECTORIZATIONS}, got {vectorization!r}")
+        if package:
+            importlib.import_module(package)
         spec = gym.spec(task)
         self.task = task
         self.num_envs = int(num_envs)
@@ -76,15 +98,21 @@ class GymnasiumVecEnv:
         self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
         self.seed = int(seed)
         make_kwargs = dict(env_kwargs or {})
-        if render_mode is not None:
+        if render_mode is not None or package:  # HumanoidBench's own default is "rgb_array"
             make_kwargs["render_mode"] = render_mode
-        make_env = functools.partial(gym.make, task, max_episode_steps=self.max_episode_steps, **make_kwargs)
+        factory = functools.partial(env_factory or make_registered, package, task, max_episode_steps=self.max_episode_steps)
+        make_env = functools.partial(factory, **make_kwargs)
+        probe_env = functools.partial(factory, **{**make_kwargs, "render_mode": None})
         if vectorization == "auto":
             num_workers = auto_workers(self.num_envs)
             vectorization = "processes" if num_workers else "sync"
         self.vectorization = vectorization
         if vectorization == "processes":
-            self._vec: InProcess | WorkerPool = WorkerPool(make_env, self.num_envs, num_workers or available_cpus())
+            self._vec: InProcess | WorkerPool | SubprocPool = WorkerPool(
+                make_env, self.num_envs, num_workers or available_cpus(), probe_env
+            )
+        elif vectorization == "subproc":
+            self._vec = SubprocPool(make_env, self.num_envs, start_method)
         else:
             self._vec = InProcess(make_env, self.num_envs)
 
@@ -142,7 +170,7 @@ class GymnasiumVecEnv:
         return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(self.device)
 
     def __repr__(self) -> str:
-        return f"GymnasiumVecEnv({self.task!r}, num_envs={self.num_envs})"
+        return f"{type(self).__name__}({self.task!r}, num_envs={self.num_envs}, vectorization={self.vectorization!r})"
 
 
 def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> GymnasiumVecEnv:

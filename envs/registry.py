@@ -36,8 +36,12 @@ SUITES: dict[str, Suite] = {
             "humanoid_bench",
             "envs.humanoid_bench",
             ("humanoid_bench",),
-            "pip install mujoco==3.1.6 git+https://github.com/carlosferrazza/humanoid-bench.git"
-            "  (in its own virtual environment; see the README)",
+            "(in a virtual environment of its own: it pins mujoco 3.1.6)\n"
+            "    python -m venv .venv-hb && . .venv-hb/bin/activate\n"
+            "    pip install torch==2.13.0     # the CPU build; on a GPU machine: pip install torch\n"
+            '    pip install -e ".[humanoid-bench]"\n'
+            "    git clone https://github.com/carlosferrazza/humanoid-bench\n"
+            "    pip install --no-deps -e humanoid-bench   # editable: its setup.py misses a subpackage",
         ),
         Suite("isaaclab", "envs.isaaclab", ("isaaclab",), "see https://isaac-sim.github.io/IsaacLab (Python 3.12, GPU)"),
         Suite("mjlab", "envs.isaaclab", ("mjlab",), 'pip install -e ".[isaaclab]"'),

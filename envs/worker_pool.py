@@ -6,9 +6,11 @@ last observation of every env that just finished (and equals `obs` elsewhere).
 
 `WorkerPool` splits the envs into `num_workers` contiguous shards; each worker steps its
 shard in a `SyncVectorEnv` and exchanges actions and results through shared memory, so a
-step costs one small pipe message per worker, not one per env. On 2 cores this beat a
-process per env (gymnasium's AsyncVectorEnv, SB3's SubprocVecEnv) for every task we
-measured; in-process stepping is faster still for cheap envs (see scripts/bench_envs.py).
+step costs one small pipe message per worker, not one per env. `SubprocPool` is SB3's
+`SubprocVecEnv` (one process per env, observations pickled through pipes), the way the
+reference runs HumanoidBench. On 2 cores the shared-memory pool beat a process per env
+for every task we measured; in-process stepping is faster still for cheap envs (see
+scripts/bench_envs.py).
 """
 
 from __future__ import annotations
@@ -143,8 +145,13 @@ class WorkerPool:
 
     CLOSE_TIMEOUT_S = 10.0
 
-    def __init__(self, make_env: EnvFactory, num_envs: int, num_workers: int) -> None:
-        probe = make_env()
+    def __init__(
+        self, make_env: EnvFactory, num_envs: int, num_workers: int, probe_env: EnvFactory | None = None
+    ) -> None:
+        # The spaces come from a probe env in this process: one that never renders, since a GL
+        # context made here before forking hangs the workers' own (HumanoidBench builds its
+        # renderer in its constructor).
+        probe = (probe_env or make_env)()
         self.single_observation_space = probe.observation_space
         self.single_action_space = probe.action_space
         probe.close()
@@ -241,3 +248,65 @@ class WorkerPool:
             except Exception:  # a dead worker or a reply torn by an interrupt: kill below
                 pass
         self._finalizer()
+
+
+# ------------------------------------------------------------------ SB3 SubprocVecEnv
+class SeedFromResetOptions(gym.Wrapper):
+    """Takes `reset(options={"seed": s})` as `reset(seed=s)`: SB3's public `set_options`
+    then carries a different seed to each env (its `seed()` only offers `seed + index`)."""
+
+    def reset(self, *, seed=None, options=None):
+        options = dict(options or {})
+        seed = options.pop("seed", seed)
+        return self.env.reset(seed=seed, options=options or None)
+
+
+def _seed_wrapped(make_env: EnvFactory) -> gym.Env:
+    return SeedFromResetOptions(make_env())
+
+
+class SubprocPool:
+    """`num_envs` envs, one process each, through stable-baselines3's `SubprocVecEnv`.
+
+    SB3 auto-resets a finished env inside its worker and keeps the true last observation in
+    `info["terminal_observation"]`; `info["TimeLimit.truncated"]` marks time-outs that are not
+    also terminations, which is exactly the contract's split.
+    """
+
+    def __init__(self, make_env: EnvFactory, num_envs: int, start_method: str | None = None) -> None:
+        import functools
+
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        factory = functools.partial(_seed_wrapped, make_env)
+        if start_method is None and "fork" in mp.get_all_start_methods():
+            # SB3's default, forkserver, re-imports everything in every env's process: for
+            # HumanoidBench ~265 MB each before its env, too much for 128 envs in 24 GB.
+            start_method = "fork"
+        self._vec = SubprocVecEnv([factory] * num_envs, start_method=start_method)
+        self.num_envs = num_envs
+        self.single_observation_space = self._vec.observation_space
+        self.single_action_space = self._vec.action_space
+
+    def reset(self, seeds: list[int] | None) -> np.ndarray:
+        if seeds is not None:
+            self._vec.set_options([{"seed": int(s)} for s in seeds])
+        return np.asarray(self._vec.reset(), dtype=np.float64)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        obs, rewards, dones, infos = self._vec.step(actions)
+        obs = np.asarray(obs, dtype=np.float64)
+        truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+        terminated = dones & ~truncated
+        final_obs = obs
+        if dones.any():
+            final_obs = obs.copy()
+            for i in np.flatnonzero(dones):
+                final_obs[i] = infos[i]["terminal_observation"]
+        return obs, np.asarray(rewards, dtype=np.float64), terminated, truncated, final_obs
+
+    def render(self, env_index: int) -> np.ndarray:
+        return np.asarray(self._vec.env_method("render", indices=[env_index])[0])
+
+    def close(self) -> None:
+        self._vec.close()

@@ -20,7 +20,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from envs.registry import EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, make_env
+from envs.registry import (
+    SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, make_env, require_suite,
+)
 from fast_td3 import distributed
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
 from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
@@ -237,6 +239,21 @@ def check_command_line(args: list[str]) -> str | None:
     return None
 
 
+def missing_suite(args: list[str]) -> str | None:
+    """The install commands of a named task's suite when it is not installed, before Hydra
+    makes a run folder (tasks from presets; other spellings are checked when envs are built)."""
+    suites = task_suites()
+    for arg in args:
+        if arg.startswith("task=") and not any(c in arg for c in "()[]{}*?$"):
+            for task in arg.split("=", 1)[1].split(","):
+                if suites.get(task) in SUITES:
+                    try:
+                        require_suite(SUITES[suites[task]])
+                    except MissingSuiteError as error:
+                        return str(error)
+    return None
+
+
 HELP = """fast-td3-train: train FastTD3 on one task (Hydra; overrides are key=value).
 
   fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
@@ -269,6 +286,8 @@ def cli() -> None:
         print(help_text())
         return
     problem = check_command_line(args)
+    if problem is None and not {"--cfg", "-c", "--info", "--hydra-help"} & set(args):
+        problem = missing_suite(args)
     if problem:
         print(f"fast-td3-train: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -1,0 +1,262 @@
+"""The HumanoidBench adapter.
+
+HumanoidBench pins mujoco 3.1.6 and lives in its own venv, so CI cannot install it. The
+adapter's machinery (worker processes, SB3 pipes, seeds, final observations, time limits,
+clipping) is tested on gymnasium's real Humanoid-v5 through the same class; the tests
+marked `needs_humanoid_bench` run where `humanoid_bench` is importable (see the README)
+and are skipped, with the reason, elsewhere.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from env_conformance import EnvContractTests
+from envs.humanoid_bench import SHORT_TASKS, HumanoidBenchVecEnv, time_limit
+from envs.protocol import FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
+from fast_td3.train import CONF_DIR, check_command_line
+
+HAVE_HUMANOID_BENCH = importlib.util.find_spec("humanoid_bench") is not None
+needs_humanoid_bench = pytest.mark.skipif(
+    not HAVE_HUMANOID_BENCH, reason="humanoid_bench is not installed (it needs its own venv: README, HumanoidBench)"
+)
+without_humanoid_bench = pytest.mark.skipif(HAVE_HUMANOID_BENCH, reason="humanoid_bench is installed here")
+GENERIC = "Humanoid-v5"
+"""A real gymnasium MuJoCo humanoid, standing in for HumanoidBench where it is not installed."""
+BIN = Path(sys.executable).parent
+
+
+def generic(num_envs, seed=0, **options):
+    """The HumanoidBench adapter over Humanoid-v5 (registered by importing gymnasium)."""
+    options.setdefault("num_workers", 2)
+    return HumanoidBenchVecEnv(GENERIC, num_envs, seed=seed, package="gymnasium", **options)
+
+
+class TestSharedMemoryWorkersContract(EnvContractTests):
+    """Envs sharded over 2 worker processes that share memory (the suite's default)."""
+
+    num_envs = 5
+
+    def make_env(self, seed, num_envs, **options):
+        return generic(num_envs, seed, **options)
+
+    def reference_observation(self, seed, env_index, actions):
+        env = gym.make(GENERIC, max_episode_steps=None).unwrapped  # the bare simulator
+        obs, _ = env.reset(seed=derive_env_seeds(seed, self.num_envs)[env_index])
+        low, high = env.action_space.low, env.action_space.high
+        for action in actions:
+            obs, *_ = env.step(low + (action.double().numpy() + 1.0) * (high - low) / 2.0)
+        env.close()
+        return torch.from_numpy(np.asarray(obs, dtype=np.float32))
+
+
+class TestSB3SubprocVecEnvContract(TestSharedMemoryWorkersContract):
+    """The same contract through stable-baselines3's SubprocVecEnv (a process per env)."""
+
+    num_envs = 3
+
+    def make_env(self, seed, num_envs, **options):
+        return generic(num_envs, seed, vectorization="subproc", **options)
+
+
+def test_sb3_pipes_and_shared_memory_step_identically():
+    """Same seeds and actions: same observations, rewards, ends, time-outs and final observations."""
+    a = generic(4, seed=3, max_episode_steps=6)
+    b = generic(4, seed=3, max_episode_steps=6, vectorization="subproc")
+    try:
+        assert torch.equal(a.reset()[0], b.reset()[0])
+        g = torch.Generator().manual_seed(0)
+        ended = timed_out = 0
+        for _ in range(14):
+            actions = torch.rand(4, a.num_actions, generator=g) * 2 - 1
+            (oa, ra, da, ea), (ob, rb, db, eb) = a.step(actions), b.step(actions)
+            assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
+            assert torch.equal(ea[TIME_OUTS], eb[TIME_OUTS])
+            assert torch.equal(ea[FINAL_OBSERVATIONS]["actor"], eb[FINAL_OBSERVATIONS]["actor"])
+            ended, timed_out = ended + int(da.sum()), timed_out + int(ea[TIME_OUTS].sum())
+        assert timed_out == 4 * 2  # both transports carried two time-outs per env
+        # reseeding reaches SB3's workers too: reset(seed) is the same on both
+        assert torch.equal(a.reset(seed=11)[0], b.reset(seed=11)[0])
+    finally:
+        a.close(), b.close()
+
+
+def test_run_seed_reaches_every_env():
+    """The reference's seed never reached HumanoidBench's envs; ours derives one per env."""
+    for vectorization in ("processes", "subproc"):
+        env = generic(3, seed=7, vectorization=vectorization)
+        obs = env.reset()[0]
+        env.close()
+        for i, env_seed in enumerate(derive_env_seeds(7, 3)):
+            plain = gym.make(GENERIC)
+            expected = plain.reset(seed=env_seed)[0]
+            plain.close()
+            torch.testing.assert_close(obs[i], torch.from_numpy(expected.astype(np.float32)), rtol=0, atol=0)
+        assert not torch.equal(obs[0], obs[1])
+
+
+NEVER_RENDERS_IN_THE_PARENT = """
+import os
+import gymnasium as gym
+from envs.humanoid_bench import HumanoidBenchVecEnv
+
+PARENT = os.getpid()
+
+def never_renders_in_the_parent(package, task, **kwargs):
+    if os.getpid() == PARENT and kwargs.get("render_mode") is not None:
+        raise AssertionError("a rendering env was made in the parent")
+    return gym.make(task, **kwargs)
+
+env = HumanoidBenchVecEnv("Humanoid-v5", 2, package="gymnasium", num_workers=2, render_mode="rgb_array",
+                          env_factory=never_renders_in_the_parent)
+env.reset()
+frame = env.render(1)
+env.close()
+print(frame.shape, frame.std() > 0)
+"""
+
+
+def test_rendering_envs_are_made_only_in_the_workers(tmp_path):
+    """HumanoidBench opens its GL context in its constructor; one opened before the fork
+    hung every worker. The parent's probe env (for the spaces) must not render."""
+    script = tmp_path / "render.py"
+    script.write_text(NEVER_RENDERS_IN_THE_PARENT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "MUJOCO_GL": "egl"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("(480, 480, 3) True")
+
+
+def test_time_limits_follow_humanoid_bench():
+    assert time_limit("h1hand-push-v0") == 500 and time_limit("h1hand-insert_small-v0") == 500
+    assert time_limit("h1hand-walk-v0") == 1000 and time_limit("g1-run-v0") == 1000
+    assert time_limit("h1hand-balance_simple-v0") == 1000
+    assert {time_limit(f"h1hand-{t}-v0") for t in SHORT_TASKS} == {500}
+
+
+def test_presets_carry_the_reference_settings():
+    """Every h1hand task has a preset on the HumanoidBench suite with the reference's overrides."""
+    expected = {  # task: (v_max, total_steps)
+        "h1hand-walk-v0": (250.0, 100000), "h1hand-reach-v0": (2000.0, 100000),
+        "h1hand-balance_simple-v0": (250.0, 200000), "h1hand-balance_hard-v0": (250.0, 1000000),
+        "h1hand-push-v0": (1000.0, 1000000), "h1hand-basketball-v0": (2000.0, 250000),
+        "h1hand-window-v0": (250.0, 250000), "h1hand-package-v0": (10000.0, 100000),
+        "h1hand-truck-v0": (1000.0, 100000), "h1hand-maze-v0": (1000.0, 100000), "g1-stand-v0": (250.0, 100000),
+    }
+    presets = sorted(p.stem for p in (CONF_DIR / "task").glob("h1hand-*.yaml"))
+    assert len(presets) == 30 and "h1hand-balance_simple-v0" in presets
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for task, (v_max, total_steps) in expected.items():
+            cfg = compose("train", overrides=[f"task={task}"])
+            assert cfg.env.suite == "humanoid_bench" and cfg.env.task == task
+            assert cfg.env.num_envs == 128 and cfg.algo.buffer_size == 51200 and cfg.algo.gamma == 0.99
+            assert (cfg.algo.v_min, cfg.algo.v_max, cfg.total_steps) == (-v_max, v_max, total_steps), task
+            assert cfg.env.options.vectorization == "processes"
+
+
+def test_unknown_id_suggests_the_nearest_preset():
+    message = check_command_line(["task=h1hand-balance-simple"])
+    assert "Did you mean 'h1hand-balance_simple-v0'" in message
+    assert "humanoid_bench: " in message and "h1hand-walk-v0" in message
+
+
+@without_humanoid_bench
+def test_missing_humanoid_bench_prints_the_install_commands(tmp_path):
+    with pytest.raises(MissingSuiteError, match="pip install --no-deps -e humanoid-bench"):
+        make_env("humanoid_bench", "h1hand-walk-v0", num_envs=1, seed=0)
+    result = subprocess.run([str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "preset=cpu"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    for line in ("python -m venv .venv-hb", 'pip install -e ".[humanoid-bench]"',
+                 "git clone https://github.com/carlosferrazza/humanoid-bench"):
+        assert line in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_reward_scales_are_refused():
+    from envs.humanoid_bench import make
+    from envs.registry import EnvOptionError
+
+    with pytest.raises(EnvOptionError, match="no scalable terms"):
+        make("h1hand-walk-v0", 1, reward_scales={"move": 2.0})
+
+
+# --------------------------------------------------------------- HumanoidBench itself
+@needs_humanoid_bench
+@pytest.mark.parametrize("task", ["h1hand-walk-v0", "h1hand-stand-v0"])
+def test_h1hand_tasks_step_and_reset(task):
+    env = make_env("humanoid_bench", task, num_envs=3, seed=1)
+    try:
+        assert (env.num_obs, env.num_actions, env.max_episode_steps) == (151, 61, 1000)
+        obs, _ = env.reset()
+        assert obs.shape == (3, 151) and obs.dtype == torch.float32
+        for _ in range(5):
+            obs, rewards, dones, extras = env.step(torch.rand(3, 61) * 2 - 1)
+        assert obs.shape == (3, 151) and rewards.shape == (3,) and torch.isfinite(rewards).all()
+        assert not torch.equal(obs[0], obs[1])  # seeds differ per env
+    finally:
+        env.close()
+
+
+@needs_humanoid_bench
+def test_workers_make_their_envs_once():
+    """Under mujoco 3.1.6 every gym.make leaks file descriptors: episodes ending and
+    reseeding must reuse each worker's envs, so the workers' open files stay the same."""
+    from envs.humanoid_bench import make
+
+    env = make("h1hand-stand-v0", num_envs=4, num_workers=2, max_episode_steps=3)
+    try:
+        env.reset()
+        env.step(torch.zeros(4, 61))
+        pids = [p.pid for p in env._vec._processes]
+        before = [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids]
+        for _ in range(9):  # three episodes per env
+            env.step(torch.zeros(4, 61))
+        env.reset(seed=5)
+        assert [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids] == before
+    finally:
+        env.close()
+
+
+@needs_humanoid_bench
+def test_registered_time_limits_match_ours_and_unknown_ids_are_named():
+    from envs.humanoid_bench import tasks
+
+    ids = tasks()
+    assert "h1hand-walk-v0" in ids and "g1-run-v0" in ids
+    for task in ids:
+        assert gym.spec(task).max_episode_steps == time_limit(task), task
+    with pytest.raises(UnknownTaskError, match="Did you mean 'h1hand-balance_simple-v0'"):
+        check_task("humanoid_bench", "h1hand-balance-simple")
+
+
+@needs_humanoid_bench
+def test_a_short_training_run_starts_logs_and_films_its_evaluation(tmp_path):
+    import imageio.v3 as imageio
+
+    from fast_td3.logging import read_metrics
+
+    result = subprocess.run(
+        [str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "preset=cpu", "env.num_envs=4",
+         "env.options.num_workers=2", "algo.batch_size=64", "algo.buffer_size=200", "total_steps=30",
+         "eval_interval=30", "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false", "logger.log_interval=10", "eval_video=true",
+         "hydra.run.dir=run"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "MUJOCO_GL": "egl"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "HumanoidBenchVecEnv('h1hand-walk-v0', num_envs=4, vectorization='processes')" in result.stdout
+    records = read_metrics(tmp_path / "run")
+    assert any("eval/return_mean" in r for r in records)
+    assert any("train/episode_return" in r for r in records)  # 20-step episodes ended and were logged
+    (video,) = (tmp_path / "run" / "videos").glob("*.mp4")
+    frames = imageio.imread(video, index=None)
+    assert frames.shape[0] == 20 and frames.shape[-1] == 3 and frames.std() > 0  # one rendered frame per step

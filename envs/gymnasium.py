@@ -98,7 +98,7 @@ class GymnasiumVecEnv:
         self.max_episode_steps = int(max_episode_steps or spec.max_episode_steps)
         self.seed = int(seed)
         make_kwargs = dict(env_kwargs or {})
-        if render_mode is not None or package:  # HumanoidBench's own default is "rgb_array"
+        if render_mode is not None:
             make_kwargs["render_mode"] = render_mode
         factory = functools.partial(env_factory or make_registered, package, task, max_episode_steps=self.max_episode_steps)
         make_env = functools.partial(factory, **make_kwargs)

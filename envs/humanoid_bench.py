@@ -11,7 +11,8 @@ The adapter is `GymnasiumVecEnv` (envs/gymnasium.py) with HumanoidBench's settin
 - `render_mode=None` unless a video is asked for (HumanoidBench defaults to "rgb_array");
 - the time limit of `time_limit(task)`: 500 steps for the push, cube, basketball,
   kitchen and insert tasks, 1000 otherwise;
-- per-env seeds derived from the run seed reach every env (the reference's never did);
+- per-env seeds derived from the run seed reach every env (the reference's never did),
+  NumPy's global generator included, which several tasks draw their goals from;
 - vectorization "processes" by default: envs sharded over one worker per CPU core with
   observations in shared memory, which beat SB3's `SubprocVecEnv` ("subproc": a process
   per env, observations pickled through pipes) at 128 envs here (scripts/bench_envs.py).
@@ -19,10 +20,12 @@ The adapter is `GymnasiumVecEnv` (envs/gymnasium.py) with HumanoidBench's settin
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
+import numpy as np
 
 from envs.gymnasium import GymnasiumVecEnv, make_registered
 from envs.registry import EnvOptionError
@@ -39,8 +42,41 @@ def time_limit(task: str) -> int:
     return 500 if name in SHORT_TASKS else 1000
 
 
-def make_env(package: str | None, task: str, **kwargs: Any) -> gym.Env:
-    """`gym.make` a HumanoidBench task, rendering with gymnasium 1.x's MuJoCo renderer.
+class OwnGlobalRandomState(gym.Wrapper):
+    """Gives the env its own `np.random` state, seeded by `reset(seed=...)`.
+
+    Several HumanoidBench tasks (push, reach, cube, package, basketball, ...) draw goals and
+    object positions from NumPy's global generator, not the env's `np_random`: forked
+    workers would repeat each other's goals and `reset(seed)` would not repeat them. The
+    global state is swapped in around every call, so envs sharing a process stay apart.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._global_state: dict | None = None
+
+    def _swapped(self, call, *args, **kwargs):
+        outside = np.random.get_state()
+        if self._global_state is not None:
+            np.random.set_state(self._global_state)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self._global_state = np.random.get_state()
+            np.random.set_state(outside)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self._global_state = np.random.RandomState(seed).get_state()
+        return self._swapped(self.env.reset, seed=seed, options=options)
+
+    def step(self, action):
+        return self._swapped(self.env.step, action)
+
+
+def make_humanoid_bench_env(package: str | None, task: str, **kwargs: Any) -> gym.Env:
+    """`gym.make` a HumanoidBench task with its own global-RNG state (`OwnGlobalRandomState`),
+    rendering with gymnasium 1.x's MuJoCo renderer.
 
     HumanoidBench renders with `renderer.render(mode, camera_id, camera_name)`, the
     gymnasium 0.29 signature; gymnasium 1.x fixes the camera when the renderer is built
@@ -51,13 +87,11 @@ def make_env(package: str | None, task: str, **kwargs: Any) -> gym.Env:
     if renderer is not None and len(inspect.signature(renderer.render).parameters) == 1:
         render = renderer.render
         renderer.render = lambda render_mode=None, *camera: render(render_mode)
-    return env
+    return OwnGlobalRandomState(env)
 
 
 def tasks() -> list[str]:
     """The HumanoidBench ids registered with gymnasium (importing `humanoid_bench`)."""
-    import importlib
-
     importlib.import_module(PACKAGE)
     return sorted(name for name in gym.registry if name.split("-", 1)[0] in ROBOTS)
 
@@ -85,13 +119,16 @@ class HumanoidBenchVecEnv(GymnasiumVecEnv):
         env_kwargs: dict[str, Any] | None = None,
         package: str = PACKAGE,
         start_method: str | None = None,
-        env_factory=make_env,
+        env_factory: Callable[..., gym.Env] = make_humanoid_bench_env,
     ) -> None:
         if max_episode_steps is None and package == PACKAGE:
             max_episode_steps = time_limit(task)
+        if vectorization == "subproc" and num_workers:
+            raise EnvOptionError("num_workers is for vectorization=processes; subproc runs a process per env")
         super().__init__(
             task, num_envs, seed=seed, device=device, vectorization=vectorization, num_workers=num_workers,
-            max_episode_steps=max_episode_steps, render_mode=render_mode, env_kwargs=env_kwargs, package=package,
+            max_episode_steps=max_episode_steps, render_mode=render_mode, package=package,
+            env_kwargs={"render_mode": None, **(env_kwargs or {})},  # HumanoidBench's own default: "rgb_array"
             start_method=start_method, env_factory=env_factory,
         )
 

@@ -261,7 +261,24 @@ class SeedFromResetOptions(gym.Wrapper):
         return self.env.reset(seed=seed, options=options or None)
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the trainer dies. Forked SB3 workers inherit each
+    other's pipe ends, so they would never read end-of-file and would live on as orphans."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: close() and the finalizer still kill them
+        pass
+
+
 def _seed_wrapped(make_env: EnvFactory) -> gym.Env:
+    """Runs in each SB3 worker: like `_worker`, leave Ctrl-C and SIGTERM to the trainer
+    (which finishes its step and saves), and die with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
     return SeedFromResetOptions(make_env())
 
 
@@ -284,6 +301,7 @@ class SubprocPool:
             # HumanoidBench ~265 MB each before its env, too much for 128 envs in 24 GB.
             start_method = "fork"
         self._vec = SubprocVecEnv([factory] * num_envs, start_method=start_method)
+        self._finalizer = weakref.finalize(self, _kill, self._vec.processes, [])
         self.num_envs = num_envs
         self.single_observation_space = self._vec.observation_space
         self.single_action_space = self._vec.action_space
@@ -309,4 +327,10 @@ class SubprocPool:
         return np.asarray(self._vec.env_method("render", indices=[env_index])[0])
 
     def close(self) -> None:
-        self._vec.close()
+        """SB3's close, then SIGKILL for any worker it could not reach (a dead pipe)."""
+        try:
+            self._vec.close()
+        except (OSError, EOFError):
+            pass
+        finally:
+            self._finalizer()

@@ -106,7 +106,8 @@ def bench_gymnasium(args) -> list[dict]:
 
 def process_tree_pss_mb(pid: int | None = None) -> float:
     """Proportional set size of a process and all its descendants (shared pages split
-    between their users, so forked workers are not counted twice), in MB; Linux only."""
+    between their users, so forked workers are not counted twice), in MB. Linux only:
+    0 where /proc has no smaps_rollup."""
     pid = pid or os.getpid()
     total = 0.0
     try:
@@ -158,7 +159,7 @@ def main() -> None:
     parser.add_argument("--num-envs", nargs="+", type=int, default=None,
                         help="default: 4 16 64 (humanoid_bench: 128)")
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--transports", nargs="+", default=["processes", "subproc"],
+    parser.add_argument("--transports", nargs="+", default=["processes", "subproc"], choices=["processes", "subproc"],
                         help="humanoid_bench: processes (shared memory) and/or subproc (SB3 pipes)")
     parser.add_argument("--device", default="cpu", help="playground: torch device (cpu, cuda)")
     parser.add_argument("--json", default=None, help="also write the results to this file")

@@ -24,6 +24,23 @@ import torch
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, VecEnv
 
 
+def assert_step_identically(a: VecEnv, b: VecEnv, steps: int, seed: int = 0) -> torch.Tensor:
+    """Reset both adapters, step them with the same random actions and assert identical
+    results (observations, rewards, dones, time-outs, final observations); returns the
+    time-outs counted per env."""
+    assert torch.equal(a.reset()[0], b.reset()[0])
+    g = torch.Generator().manual_seed(seed)
+    time_outs = torch.zeros(a.num_envs, dtype=torch.long)
+    for _ in range(steps):
+        actions = torch.rand(a.num_envs, a.num_actions, generator=g) * 2 - 1
+        (oa, ra, da, ea), (ob, rb, db, eb) = a.step(actions), b.step(actions)
+        assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
+        assert torch.equal(ea[TIME_OUTS], eb[TIME_OUTS])
+        assert torch.equal(ea[FINAL_OBSERVATIONS][ACTOR], eb[FINAL_OBSERVATIONS][ACTOR])
+        time_outs += ea[TIME_OUTS].long()
+    return time_outs
+
+
 class EnvContractTests:
     num_envs = 4
     max_steps = 400

@@ -19,9 +19,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from env_conformance import EnvContractTests
+import test_env_gymnasium
+from env_conformance import assert_step_identically
 from envs.humanoid_bench import HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
-from envs.protocol import FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.protocol import derive_env_seeds
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
 from fast_td3.train import CONF_DIR, check_command_line
 
@@ -42,22 +43,15 @@ def generic(num_envs, seed=0, **options):
     return HumanoidBenchVecEnv(GENERIC, num_envs, seed=seed, package="gymnasium", **options)
 
 
-class TestSharedMemoryWorkersContract(EnvContractTests):
-    """Envs sharded over 2 worker processes that share memory (the suite's default)."""
+class TestSharedMemoryWorkersContract(test_env_gymnasium.TestGymnasiumContract):
+    """Envs sharded over 2 worker processes that share memory (the suite's default),
+    checked against the bare gymnasium simulator."""
 
+    task = GENERIC
     num_envs = 5
 
     def make_env(self, seed, num_envs, **options):
         return generic(num_envs, seed, **options)
-
-    def reference_observation(self, seed, env_index, actions):
-        env = gym.make(GENERIC, max_episode_steps=None).unwrapped  # the bare simulator
-        obs, _ = env.reset(seed=derive_env_seeds(seed, self.num_envs)[env_index])
-        low, high = env.action_space.low, env.action_space.high
-        for action in actions:
-            obs, *_ = env.step(low + (action.double().numpy() + 1.0) * (high - low) / 2.0)
-        env.close()
-        return torch.from_numpy(np.asarray(obs, dtype=np.float32))
 
 
 class TestSB3SubprocVecEnvContract(TestSharedMemoryWorkersContract):
@@ -74,17 +68,8 @@ def test_sb3_pipes_and_shared_memory_step_identically():
     a = generic(4, seed=3, max_episode_steps=6)
     b = generic(4, seed=3, max_episode_steps=6, vectorization="subproc")
     try:
-        assert torch.equal(a.reset()[0], b.reset()[0])
-        g = torch.Generator().manual_seed(0)
-        timed_out = 0
-        for _ in range(14):
-            actions = torch.rand(4, a.num_actions, generator=g) * 2 - 1
-            (oa, ra, da, ea), (ob, rb, db, eb) = a.step(actions), b.step(actions)
-            assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
-            assert torch.equal(ea[TIME_OUTS], eb[TIME_OUTS])
-            assert torch.equal(ea[FINAL_OBSERVATIONS]["actor"], eb[FINAL_OBSERVATIONS]["actor"])
-            timed_out += int(ea[TIME_OUTS].sum())
-        assert timed_out == 4 * 2  # both transports carried two time-outs per env
+        time_outs = assert_step_identically(a, b, steps=14)
+        assert time_outs.tolist() == [2] * 4  # both transports carried two time-outs per env
         # reseeding reaches SB3's workers too: reset(seed) is the same on both
         assert torch.equal(a.reset(seed=11)[0], b.reset(seed=11)[0])
     finally:

@@ -4,8 +4,8 @@
     python scripts/bench_envs.py --tasks Humanoid-v5 --num-envs 16 64 --seconds 5 --json envs.json
     python scripts/bench_envs.py --suite playground               # CheetahRun and T1 on this device
     python scripts/bench_envs.py --suite playground --tasks T1JoystickFlatTerrain --num-envs 16 256 --device cuda
-    python scripts/bench_envs.py --suite humanoid_bench --num-envs 32   # shared memory vs SB3 pipes
-    python scripts/bench_envs.py --suite humanoid_bench --transports processes   # 128 envs
+    python scripts/bench_envs.py --suite humanoid_bench           # shared memory vs SB3 pipes, 32 envs
+    python scripts/bench_envs.py --suite humanoid_bench --num-envs 128 --transports processes
 
 Steps with random actions through the full adapter (action scaling, final observations,
 float32 torch tensors). Gymnasium: each vectorization's rate and its ratio to 'sync'.
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--suite", choices=["gymnasium", "playground", "humanoid_bench"], default="gymnasium")
     parser.add_argument("--tasks", nargs="+", default=None)
     parser.add_argument("--num-envs", nargs="+", type=int, default=None,
-                        help="default: 4 16 64 (humanoid_bench: 128)")
+                        help="default: 4 16 64 (humanoid_bench: 32; SB3 pipes need > 24 GB at 128)")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--transports", nargs="+", default=["processes", "subproc"], choices=["processes", "subproc"],
                         help="humanoid_bench: processes (shared memory) and/or subproc (SB3 pipes)")
@@ -165,7 +165,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
 
-    args.num_envs = args.num_envs or ([128] if args.suite == "humanoid_bench" else [4, 16, 64])
+    args.num_envs = args.num_envs or ([32] if args.suite == "humanoid_bench" else [4, 16, 64])
     bench = {"playground": bench_playground, "humanoid_bench": bench_humanoid_bench}.get(args.suite, bench_gymnasium)
     results = bench(args)
     if args.json:

@@ -15,6 +15,7 @@ scripts/bench_envs.py).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -291,8 +292,6 @@ class SubprocPool:
     """
 
     def __init__(self, make_env: EnvFactory, num_envs: int, start_method: str | None = None) -> None:
-        import functools
-
         from stable_baselines3.common.vec_env import SubprocVecEnv
 
         factory = functools.partial(_seed_wrapped, make_env)

@@ -211,14 +211,14 @@ def _unknown_task_message(task: str, suites: dict[str, str]) -> str:
     return f"{hint}\nValid tasks by suite (conf/task/):\n{listing}"
 
 
-def check_command_line(args: list[str]) -> str | None:
+def check_command_line(args: list[str], suites: dict[str, str] | None = None) -> str | None:
     """An actionable message for an unknown task or a mistyped key, before Hydra composes.
 
     Only plain `key=value` overrides and plain task lists are checked; Hydra's own
     syntax (`+key`, `~key`, `hydra/...`, `choice(...)`, globs) is left to Hydra.
     """
     schema = OmegaConf.structured(TrainConfig)
-    suites = task_suites()
+    suites = suites or task_suites()
     for arg in args:
         if arg.startswith("-") or "=" not in arg:
             continue
@@ -239,10 +239,9 @@ def check_command_line(args: list[str]) -> str | None:
     return None
 
 
-def missing_suite(args: list[str]) -> str | None:
+def missing_suite(args: list[str], suites: dict[str, str]) -> str | None:
     """The install commands of a named task's suite when it is not installed, before Hydra
     makes a run folder (tasks from presets; other spellings are checked when envs are built)."""
-    suites = task_suites()
     for arg in args:
         if arg.startswith("task=") and not any(c in arg for c in "()[]{}*?$"):
             for task in arg.split("=", 1)[1].split(","):
@@ -285,9 +284,10 @@ def cli() -> None:
     if "--help" in args or "-h" in args:
         print(help_text())
         return
-    problem = check_command_line(args)
+    suites = task_suites()
+    problem = check_command_line(args, suites)
     if problem is None and not {"--cfg", "-c", "--info", "--hydra-help"} & set(args):
-        problem = missing_suite(args)
+        problem = missing_suite(args, suites)
     if problem:
         print(f"fast-td3-train: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -152,6 +152,22 @@ def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
     return float(np.mean(rates[1:] or rates))
 
 
+def ratio_table(args, results, section, measure, keys, titles, note, number) -> None:
+    """One table of `measure(task, num_envs, seconds)` per task and env count: the two rates
+    under `keys` and their ratio (keys[0] / keys[1]), also appended to results[section]."""
+    if section in args.skip:
+        return
+    width = [max(14, len(t) + 2) for t in titles]
+    print(f"\n{'task':<24}{'envs':>6}{titles[0]:>{width[0]}}{titles[1]:>{width[1]}}{'ratio':>8}{note}")
+    for task in args.tasks:
+        for n in args.num_envs:
+            r = measure(task, n, args.seconds)
+            ratio = r[keys[0]] / r[keys[1]]
+            print(f"{task:<24}{n:>6}{r[keys[0]]:>{width[0]}{number}}{r[keys[1]]:>{width[1]}{number}}{ratio:>7.2f}x",
+                  flush=True)
+            results[section].append({"task": task, "num_envs": n, **r, "ratio": ratio})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["T1JoystickFlatTerrain", "G1JoystickFlatTerrain"])
@@ -175,26 +191,10 @@ def main() -> None:
                   f"{mjx['build_s']:>10.1f}s{pool['build_s']:>14.1f}s", flush=True)
             results["adapters"].append({"task": task, "num_envs": n, "mjx": mjx, "envpool": pool, "ratio": ratio})
 
-    if "reset" not in args.skip:
-        print(f"\n{'task':<24}{'envs':>6}{'same-step reset':>17}{'next-step, dropped':>20}{'ratio':>8}"
-              "   (transitions/s)")
-    for task in args.tasks if "reset" not in args.skip else []:
-        for n in args.num_envs:
-            r = reset_strategies(task, n, args.seconds)
-            ratio = r["same_step_reset"] / r["next_step_reset_dropped"]
-            print(f"{task:<24}{n:>6}{r['same_step_reset']:>17.0f}{r['next_step_reset_dropped']:>20.0f}"
-                  f"{ratio:>7.2f}x", flush=True)
-            results["reset"].append({"task": task, "num_envs": n, **r, "ratio": ratio})
-
-    if "overlap" not in args.skip:
-        print(f"\n{'task':<24}{'envs':>6}{'step, update':>14}{'overlapped':>12}{'ratio':>8}"
-              "   (global steps/s: EnvPool send/recv around a preset=cpu update)")
-    for task in args.tasks if "overlap" not in args.skip else []:
-        for n in args.num_envs:
-            r = overlap(task, n, args.seconds)
-            ratio = r["overlapped"] / r["in_turn"]
-            print(f"{task:<24}{n:>6}{r['in_turn']:>14.1f}{r['overlapped']:>12.1f}{ratio:>7.2f}x", flush=True)
-            results["overlap"].append({"task": task, "num_envs": n, **r, "ratio": ratio})
+    ratio_table(args, results, "reset", reset_strategies, ("same_step_reset", "next_step_reset_dropped"),
+                ("same-step reset", "next-step, dropped"), "   (transitions/s)", ".0f")
+    ratio_table(args, results, "overlap", overlap, ("overlapped", "in_turn"), ("overlapped", "step, update"),
+                "   (global steps/s: EnvPool send/recv around a preset=cpu update)", ".1f")
 
     if args.e2e_steps:
         n = 16

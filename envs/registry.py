@@ -43,8 +43,23 @@ SUITES: dict[str, Suite] = {
             "    git clone https://github.com/carlosferrazza/humanoid-bench\n"
             "    pip install --no-deps -e humanoid-bench   # editable: its setup.py misses a subpackage",
         ),
-        Suite("isaaclab", "envs.isaaclab", ("isaaclab",), "see https://isaac-sim.github.io/IsaacLab (Python 3.12, GPU)"),
-        Suite("mjlab", "envs.isaaclab", ("mjlab",), 'pip install -e ".[isaaclab]"'),
+        Suite(
+            "isaaclab",
+            "envs.isaaclab",
+            ("isaaclab", "isaaclab_tasks"),
+            "(on a machine with an NVIDIA GPU and Python 3.12, in Isaac Lab's own environment)\n"
+            "    follow https://isaac-sim.github.io/IsaacLab/main/source/setup/installation/index.html\n"
+            "    then, in that environment: pip install -e .   # fast-td3 itself",
+        ),
+        Suite(
+            "mjlab",
+            "envs.mjlab",
+            ("mjlab",),
+            "(in a virtual environment of its own: it pins mujoco 3.11)\n"
+            "    python -m venv .venv-mjlab && . .venv-mjlab/bin/activate\n"
+            "    pip install torch==2.13.0 torchvision==0.28.0\n"
+            '    pip install -c .ci/mjlab-constraints.txt -e ".[mjlab]"   # keeps that torch (no CUDA upgrade)',
+        ),
     )
 }
 

@@ -1,4 +1,4 @@
-"""`fast-td3-train` and `fast-td3-eval` as a user runs them (subprocesses, real Hydra)."""
+"""`fast-td3-train`, `fast-td3-eval` and `fast-td3-play` as a user runs them (subprocesses, real Hydra)."""
 
 import json
 import os
@@ -15,6 +15,7 @@ from fast_td3.logging import read_metrics
 BIN = Path(sys.executable).parent
 TRAIN = str(BIN / "fast-td3-train")
 EVAL = str(BIN / "fast-td3-eval")
+PLAY = str(BIN / "fast-td3-play")
 # Small and quick: the tiny learner on InvertedPendulum, no console noise.
 QUICK = [
     "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500",
@@ -244,6 +245,17 @@ def test_eval_writes_a_video_of_the_first_episode(tmp_path):
     frames = imageio.imread(video, index=None)
     assert frames.shape[0] == line["length_mean"] <= 12  # one frame per step of the episode
     assert frames.shape[-1] == 3 and frames.std() > 0  # a real rendered picture, not a blank
+
+    # fast-td3-play records the same policy over a number of steps, across episode ends
+    played = run([PLAY, "run", "--video", "play.mp4", "--steps", "30", "--num-envs", "2"], tmp_path,
+                 env={"MUJOCO_GL": "egl"})
+    assert played.returncode == 0, played.stderr
+    record = json.loads(played.stdout.strip().splitlines()[-1])
+    assert record["steps"] == 30 and record["episodes"] >= 2  # 12-step episodes, 2 envs
+    assert imageio.imread(tmp_path / "play.mp4", index=None).shape[0] == 30
+    # gymnasium has no interactive viewer: the error says what to do instead
+    viewed = run([PLAY, "run"], tmp_path)
+    assert viewed.returncode == 2 and "has no viewer; record a video instead (--video" in viewed.stderr
 
 
 def test_a_used_run_folder_is_never_trained_into_again(tmp_path):

@@ -1,0 +1,326 @@
+"""Isaac Lab's env API (Isaac Lab itself, or mjlab on MuJoCo Warp) behind the env contract.
+
+Isaac Lab's RL envs (`ManagerBasedRLEnv`, `DirectRLEnv`) and mjlab's `ManagerBasedRlEnv`
+share one API, which is all this adapter uses: `num_envs`, `device`, `max_episode_length`,
+`episode_length_buf`, `single_observation_space` / `single_action_space`,
+`reset(seed=, env_ids=) -> (obs_groups, extras)` and
+`step(a) -> (obs_groups, reward, terminated, truncated, extras)`, torch tensors on the
+simulator's device, observations as a dict of groups (Isaac Lab: "policy" and "critic";
+mjlab: "actor" and "critic"). A "critic" group makes the adapter asymmetric.
+
+Three things the API does differently from the contract, handled here:
+
+- **Final observations.** After a done, the API's `step` returns the *reset* observation.
+  Where the env can skip its auto-reset (mjlab's `cfg.auto_reset`), the adapter turns it
+  off, keeps the true terminal observation and resets the finished envs itself
+  (`final_observations="exact"`). Isaac Lab has no such switch; there a time-out is
+  reported as a termination (`"no_bootstrap"`): the learner never bootstraps from a
+  reset observation, at the price of treating the time limit as the end of the task.
+  `"auto"` picks exact where possible. (`algo.disable_bootstrap` goes further and drops
+  bootstrapping on time-outs for every suite; the reference used it for Franka lift.)
+- **Random streams.** The API seeds and draws from the process-wide generators (torch,
+  NumPy, Python). The adapter gives its env private copies, swapped in around every call,
+  so an evaluation env reset with a fixed seed never rewinds the trainer's exploration
+  noise, and two envs in one process stay independent and reproducible.
+- **Actions** arrive in [-1, 1], are clamped, and are multiplied by `action_bounds`
+  (the API's actions are unbounded; the reference used 1, and 3 for Franka).
+
+`random_initial_progress` starts every episode counter at a random step on a full reset,
+so the envs' time-outs are staggered rather than all on the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import random
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
+
+FINAL_OBSERVATION_POLICIES = ("auto", "exact", "no_bootstrap")
+ISAACLAB_ACTOR_GROUP = "policy"
+MJLAB_ACTOR_GROUP = "actor"
+CRITIC_GROUP = "critic"
+
+
+class OwnRandomStreams:
+    """Private copies of the process-wide generators (Python, NumPy, torch CPU and the
+    device's) for one env; `active()` swaps them in and back out."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._cuda = [device] if device.type == "cuda" else []
+        self._state: tuple | None = None
+
+    def _capture(self) -> tuple:
+        cuda = [torch.cuda.get_rng_state(d) for d in self._cuda]
+        return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+    def _restore(self, state: tuple) -> None:
+        python, numpy, cpu, cuda = state
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(cpu)
+        for device, value in zip(self._cuda, cuda):
+            torch.cuda.set_rng_state(value, device)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        outside = self._capture()
+        if self._state is not None:
+            self._restore(self._state)
+        try:
+            yield
+        finally:
+            self._state = self._capture()
+            self._restore(outside)
+
+
+class IsaacLabVecEnv:
+    """An Isaac-Lab-API env behind the env contract (see the module docstring).
+
+    Args:
+        create: builds the env (called once, with the adapter's random streams active, so
+            the env's seeding at construction stays private); returns the unwrapped env.
+        seed: run seed; the first `reset()` seeds the env with it.
+        actor_group: observation group of the actor ("policy" in Isaac Lab, "actor" in mjlab).
+        critic_group: the privileged critic's group; used when the env has it (None: symmetric).
+        action_bounds: actions in [-1, 1] are multiplied by this before reaching the env.
+        random_initial_progress: start episode counters at random steps on full resets.
+        final_observations: "auto", "exact" or "no_bootstrap" (module docstring).
+        max_episode_steps: time limit in env steps (None: the task's `episode_length_s`).
+        name: the task id, for messages.
+    """
+
+    def __init__(
+        self,
+        create: Callable[[], Any],
+        seed: int = 0,
+        actor_group: str = ISAACLAB_ACTOR_GROUP,
+        critic_group: str | None = CRITIC_GROUP,
+        action_bounds: float = 1.0,
+        random_initial_progress: bool = False,
+        final_observations: str = "auto",
+        max_episode_steps: int | None = None,
+        device: torch.device | str | None = None,
+        name: str = "",
+    ) -> None:
+        from envs.registry import EnvOptionError
+
+        if final_observations not in FINAL_OBSERVATION_POLICIES:
+            raise EnvOptionError(f"final_observations must be one of {FINAL_OBSERVATION_POLICIES}, "
+                                 f"got {final_observations!r}")
+        if not action_bounds > 0:
+            raise EnvOptionError(f"action_bounds must be > 0, got {action_bounds}")
+        self.task = name
+        self.seed = int(seed)
+        self._rng = OwnRandomStreams(torch.device(device or "cpu"))
+        with self._rng.active():
+            self.env = create()
+        env = self.env
+        self.device = torch.device(env.device)
+        self.num_envs = int(env.num_envs)
+        spaces = env.single_observation_space.spaces  # gymnasium's Dict, or mjlab's own
+        groups = list(spaces)
+        if actor_group not in groups:
+            self.env.close()
+            raise EnvOptionError(f"{name}: no observation group {actor_group!r}; the env has {groups} "
+                                 "(set env.options.actor_group)")
+        self.actor_group = actor_group
+        self.critic_group = critic_group if critic_group in groups else None
+        self.num_obs = _flat_size(spaces[actor_group], actor_group)
+        self.num_critic_obs = (_flat_size(spaces[self.critic_group], self.critic_group)
+                               if self.critic_group else None)
+        self.num_actions = int(np.prod(env.single_action_space.shape))
+        self.action_bounds = float(action_bounds)
+        self.random_initial_progress = bool(random_initial_progress)
+        if max_episode_steps is not None:
+            # the API derives max_episode_length = ceil(episode_length_s / step_dt) on every read
+            env.cfg.episode_length_s = (int(max_episode_steps) - 0.5) * env.step_dt
+        self.max_episode_steps = int(env.max_episode_length)
+
+        can_skip_reset = hasattr(env.cfg, "auto_reset")
+        if final_observations == "exact" and not can_skip_reset:
+            self.env.close()
+            raise EnvOptionError(f"{name}: final_observations='exact' needs an env that can skip its auto-reset "
+                                 "(mjlab's cfg.auto_reset); Isaac Lab envs use 'no_bootstrap'")
+        self.final_observations = "exact" if final_observations != "no_bootstrap" and can_skip_reset else "no_bootstrap"
+        if can_skip_reset:
+            env.cfg.auto_reset = self.final_observations != "exact"
+        self._seeded = False
+
+    # --------------------------------------------------------------- contract
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if seed is None and not self._seeded:
+            seed = self.seed
+        self._seeded = True
+        with self._rng.active():
+            groups, _ = self.env.reset(seed=seed)
+            if self.random_initial_progress:
+                buf = self.env.episode_length_buf
+                buf.copy_(torch.randint_like(buf, high=self.max_episode_steps))
+        obs = self._actor(groups)
+        return obs, {OBSERVATIONS: self._groups(obs, groups)}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if not self._seeded:
+            raise RuntimeError("call reset() before step()")
+        scaled = actions.detach().to(self.device).clamp(-1.0, 1.0) * self.action_bounds
+        with self._rng.active():
+            groups, rewards, terminated, truncated, _ = self.env.step(scaled)
+            # copies: a reset below may rewrite the env's reward and termination buffers
+            rewards = rewards.float().reshape(self.num_envs).clone()
+            terminated, truncated = terminated.bool().clone(), truncated.bool().clone()
+            dones = terminated | truncated
+            final = self._groups(self._actor(groups), groups)
+            if self.final_observations == "exact":
+                final = {name: value.clone() for name, value in final.items()}  # the env reuses its buffers
+                groups = self._reset_finished(dones, groups)
+        obs = self._actor(groups)
+        if self.final_observations == "exact":
+            time_outs = truncated & ~terminated
+        else:  # the env's own auto-reset already replaced the terminal observation
+            time_outs = torch.zeros_like(dones)
+            final = self._groups(obs, groups)
+        extras = {
+            OBSERVATIONS: self._groups(obs, groups),
+            FINAL_OBSERVATIONS: final,
+            TIME_OUTS: time_outs,
+        }
+        return obs, rewards, dones, extras
+
+    def close(self) -> None:
+        self.env.close()
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """An RGB frame of the env the simulator's camera follows (the env must have been
+        made with render_mode='rgb_array')."""
+        if env_index != 0:
+            raise ValueError("Isaac-Lab-API envs render the env their viewer follows (env 0)")
+        with self._rng.active():
+            frame = self.env.render()
+        if frame is None:
+            raise RuntimeError(f"{self.task}: the env renders nothing; make it with render_mode='rgb_array'")
+        return np.asarray(frame)
+
+    # --------------------------------------------------------------- helpers
+    def _reset_finished(self, dones: torch.Tensor, groups: dict) -> dict:
+        """Reset the finished envs (the env skipped its auto-reset); every other env keeps
+        the observation `step` returned (a partial reset recomputes all rows, with fresh
+        observation noise)."""
+        done_ids = dones.nonzero().flatten()
+        if done_ids.numel() == 0:
+            return groups
+        stepped = {name: value.clone() for name, value in groups.items()}
+        reset, _ = self.env.reset(env_ids=done_ids)
+        mask = dones.reshape(-1, 1)
+        return {name: torch.where(mask, reset[name].reshape_as(value), value) for name, value in stepped.items()}
+
+    def _actor(self, groups: dict) -> torch.Tensor:
+        return groups[self.actor_group].reshape(self.num_envs, -1).float()
+
+    def _groups(self, obs: torch.Tensor, groups: dict) -> dict[str, torch.Tensor]:
+        out = {ACTOR: obs}
+        if self.critic_group:
+            out[CRITIC] = groups[self.critic_group].reshape(self.num_envs, -1).float()
+        return out
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.task!r}, num_envs={self.num_envs}, device={str(self.device)!r}, "
+                f"final_observations={self.final_observations!r})")
+
+
+def _flat_size(space: Any, group: str) -> int:
+    shape = getattr(space, "shape", None)
+    if shape is None:
+        raise ValueError(f"observation group {group!r} is not one concatenated tensor; "
+                         "set concatenate_terms=True for it in the task config")
+    return int(np.prod(shape))
+
+
+# ------------------------------------------------------------------ Isaac Lab
+def _start_isaac_lab(headless: bool, cameras: bool) -> None:
+    """Isaac Lab's simulation app, once per process: Isaac Sim through the app launcher when
+    it is installed (Isaac Lab 2.x, or 3.x with Isaac Sim), nothing in 3.x's kit-less mode."""
+    global _isaac_app
+    if _isaac_app is not None or importlib.util.find_spec("isaacsim") is None:
+        return
+    from isaaclab.app import AppLauncher
+
+    _isaac_app = AppLauncher(headless=headless, enable_cameras=cameras).app
+
+
+_isaac_app = None
+
+
+def isaaclab_tasks() -> list[str]:
+    """The `Isaac-*` ids that `isaaclab_tasks` registers with gymnasium."""
+    import gymnasium as gym
+
+    _start_isaac_lab(headless=True, cameras=False)
+    importlib.import_module("isaaclab_tasks")
+    return sorted(name for name in gym.registry if name.startswith("Isaac-"))
+
+
+def create_isaaclab_env(task: str, num_envs: int, seed: int, device: Any, render_mode: str | None = None,
+                        headless: bool = True) -> Any:
+    """An Isaac Lab env through Isaac Lab's own config parsing and `gym.make(task, cfg=...)`."""
+    import gymnasium as gym
+
+    _start_isaac_lab(headless=headless, cameras=render_mode is not None)
+    importlib.import_module("isaaclab_tasks")
+    from isaaclab_tasks.utils import parse_env_cfg
+
+    cfg = parse_env_cfg(task, device=str(device), num_envs=num_envs)
+    cfg.seed = seed
+    return gym.make(task, cfg=cfg, render_mode=render_mode).unwrapped
+
+
+def tasks() -> list[str]:
+    return isaaclab_tasks()
+
+
+def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> IsaacLabVecEnv:
+    """Suite `isaaclab`. Options: actor_group, critic_group, action_bounds,
+    random_initial_progress, final_observations, max_episode_steps, render_mode, headless."""
+    return adapter_over(create_isaaclab_env, ISAACLAB_ACTOR_GROUP, task, num_envs, seed, device, **options)
+
+
+def adapter_over(create: Callable[..., Any], default_actor_group: str, task: str, num_envs: int, seed: int, device: Any,
+          render_mode: str | None = None, reward_scales: dict | None = None, **options: Any) -> IsaacLabVecEnv:
+    """The adapter over `create(task, num_envs, seed, device, render_mode=, **creation options)`."""
+    from envs.registry import EnvOptionError
+
+    if reward_scales:
+        raise EnvOptionError(f"{task}: reward scales of Isaac-Lab-API tasks live in their env config; "
+                             "env.reward_scales is not supported for this suite")
+    adapter_keys = ("critic_group", "action_bounds", "random_initial_progress", "final_observations",
+                    "max_episode_steps")
+    adapter_options = {key: options.pop(key) for key in adapter_keys if key in options}
+    actor_group = options.pop("actor_group", default_actor_group)
+    return IsaacLabVecEnv(
+        lambda: create(task, num_envs, seed, device, render_mode=render_mode, **options),
+        seed=seed, actor_group=actor_group, device=device, name=task, **adapter_options,
+    )
+
+
+# ------------------------------------------------------------------ play
+PLAY_OPTIONS = {"headless": False}
+"""Options `fast-td3-play` adds when it shows a policy: Isaac Sim's window."""
+
+
+def view(env: IsaacLabVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], viewer: str = "auto",
+         steps: int | None = None) -> None:
+    """Run `policy` in Isaac Sim's window (the env made with headless=False) until the window
+    closes or `steps` env steps have passed."""
+    if viewer not in ("auto", "kit"):
+        raise ValueError(f"Isaac Lab shows envs in Isaac Sim's window (viewer 'kit'), not {viewer!r}")
+    obs, _ = env.reset()
+    taken = 0
+    while (steps is None or taken < steps) and (_isaac_app is None or _isaac_app.is_running()):
+        obs = env.step(policy(obs))[0]
+        taken += 1

@@ -1,0 +1,128 @@
+"""`fast-td3-play`: watch a trained policy in the simulator's viewer, or record it.
+
+    fast-td3-play runs/Mjlab-Velocity-Flat-Unitree-G1/<run>              # mjlab: a MuJoCo window, or viser
+    fast-td3-play runs/Isaac-Velocity-Flat-H1-v0/<run> --num-envs 16     # Isaac Lab: Isaac Sim's window
+    fast-td3-play runs/<task>/<run> --video walk.mp4 --steps 500         # any suite: a video of env 0
+
+The env is rebuilt from the checkpoint's config, with the suite's play settings (mjlab:
+the task's play config; Isaac Lab: a window) and no exploration noise. Viewers are the
+simulator's own; suites that have none can still record a video. With `--video` the last
+line printed is one JSON object: task, checkpoint, step, steps, episodes, return_mean, video.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from envs.protocol import VecEnv
+from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
+from fast_td3 import checkpoint as ckpt
+from fast_td3.config import TrainConfig
+from fast_td3.device import resolve_device
+from fast_td3.evaluate_checkpoint import load_policy
+from fast_td3.evaluation import eval_seed, write_video
+
+DEFAULT_VIDEO_STEPS = 1000
+
+
+def record(env: VecEnv, policy, steps: int) -> tuple[list, list[float]]:
+    """`steps` steps of `policy` from `reset`: env 0's frames and the returns of every
+    episode that ended (any env)."""
+    obs, _ = env.reset()
+    frames, finished = [], []
+    returns = torch.zeros(env.num_envs, device=env.device)
+    for _ in range(steps):
+        frames.append(env.render(0))
+        obs, rewards, dones, _ = env.step(policy(obs))
+        returns += rewards
+        finished.extend(returns[dones].tolist())
+        returns = returns * ~dones
+    return frames, finished
+
+
+def play(
+    path: str | Path,
+    num_envs: int = 1,
+    steps: int | None = None,
+    viewer: str = "auto",
+    video: str | Path | None = None,
+    fps: int | None = None,
+    device: str = "auto",
+) -> dict | None:
+    checkpoint_path = ckpt.find_checkpoint(path)
+    checkpoint = ckpt.load(checkpoint_path)
+    cfg: TrainConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"]))
+    torch_device = resolve_device(device)
+    agent = load_policy(checkpoint, cfg, torch_device)
+    adapter = load_adapter(cfg.env.suite)
+    if video is None and not hasattr(adapter, "view"):
+        raise EnvOptionError(f"suite '{cfg.env.suite}' has no viewer; record a video instead (--video out.mp4)")
+    options = {**cfg.env.adapter_options(evaluation=True), **getattr(adapter, "PLAY_OPTIONS", {})}
+    if video is not None:
+        options["render_mode"] = "rgb_array"
+        options.pop("headless", None)  # recording needs no window
+    env = make_env(cfg.env.suite, cfg.env.task, num_envs, eval_seed(cfg.seed), torch_device, **options)
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        return agent.act(obs.to(torch_device)).to(env.device)
+
+    try:
+        if video is None:
+            adapter.view(env, policy, viewer=viewer, steps=steps)
+            return None
+        steps = steps or min(env.max_episode_steps, DEFAULT_VIDEO_STEPS)  # play configs may never end
+        frames, finished = record(env, policy, steps)
+    finally:
+        env.close()
+    step_seconds = getattr(getattr(env, "env", None), "step_dt", None)
+    write_video(frames, Path(video), fps or (round(1 / step_seconds) if step_seconds else 30))
+    return {
+        "task": cfg.env.task,
+        "checkpoint": str(checkpoint_path),
+        "step": int(checkpoint["global_step"]),
+        "steps": steps,
+        "episodes": len(finished),
+        "return_mean": sum(finished) / len(finished) if finished else None,
+        "video": str(video),
+    }
+
+
+def cli(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("--num-envs", type=int, default=1, help="envs to simulate (default 1)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="env steps to run (default: until the viewer closes; for --video one episode, at most 1000)")
+    parser.add_argument("--viewer", default="auto",
+                        help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
+    parser.add_argument("--video", default=None, help="record env 0 to this .mp4/.gif instead of opening a viewer")
+    parser.add_argument("--fps", type=int, default=None, help="video frame rate (default: the env's control rate)")
+    parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
+    args = parser.parse_args(argv)
+    if args.num_envs < 1 or (args.steps is not None and args.steps < 1):
+        parser.error("--num-envs and --steps must be at least 1")
+    if args.video is not None:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
+        if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
+            parser.error('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
+    try:
+        result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device)
+    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
+        print(f"fast-td3-play: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    if result is not None:
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,309 @@
+"""The Isaac Lab adapter (`envs/isaaclab.py`) over an in-repo env with Isaac Lab's API.
+
+Isaac Lab cannot run here (Python 3.12, a GPU, downloaded assets), so these tests drive
+the adapter through `tests/fake_isaaclab.py`, which implements the API the adapter uses,
+including the reset observation after a done. `tests/test_env_mjlab.py` runs the same
+adapter on mjlab's real MuJoCo Warp envs.
+"""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from env_conformance import EnvContractTests
+from envs.isaaclab import IsaacLabVecEnv, adapter_over
+from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
+from envs.registry import EnvOptionError
+from fake_isaaclab import FakeEnvCfg, FakeManagerBasedRLEnv, SceneCfg, point_mass_step
+from fast_td3.config import EnvConfig
+from fast_td3.logging import read_metrics
+from helpers import tiny_train_config
+
+BIN = Path(sys.executable).parent
+
+
+def fake_creator(auto_reset=None, noise=0.0, privileged_critic=True, episode_length_s=10.0, made=None):
+    """`create(task, num_envs, seed, device, render_mode=)` building the fake env."""
+
+    def create(task, num_envs, seed, device, render_mode=None):
+        cfg = FakeEnvCfg(observation_noise=noise, privileged_critic=privileged_critic,
+                         episode_length_s=episode_length_s, seed=seed)
+        cfg.scene.num_envs = num_envs
+        env = FakeManagerBasedRLEnv(cfg, device=str(device), render_mode=render_mode, auto_reset=auto_reset)
+        if made is not None:
+            made.append(env)
+        return env
+
+    return create
+
+
+def fake_adapter(num_envs=4, seed=0, auto_reset=None, noise=0.0, privileged_critic=True, made=None, **options):
+    create = fake_creator(auto_reset, noise, privileged_critic, made=made)
+    return adapter_over(create, "policy", "Fake-Isaac-PointMass-v0", num_envs, seed, "cpu", **options)
+
+
+def reference_state(seed, num_envs, env_index, actions, action_bounds=1.0):
+    """Env `env_index`'s state after `actions` on the bare fake physics (no resets, no time
+    limit), from the initial state the adapter's first reset gives it."""
+    probe = FakeManagerBasedRLEnv(FakeEnvCfg(scene=SceneCfg(num_envs)))
+    with torch.random.fork_rng():
+        probe.reset(seed=seed)
+    state, goal = probe.state[env_index], probe.goal[env_index]
+    for action in actions:
+        state = point_mass_step(state, action.clamp(-1, 1) * action_bounds, probe.cfg)
+    return {ACTOR: state, CRITIC: torch.cat([state, goal])}
+
+
+class TestExactFinalObservationsContract(EnvContractTests):
+    """Where the env can skip its auto-reset (mjlab's `cfg.auto_reset`), the adapter resets
+    finished envs itself and returns their true terminal observations."""
+
+    num_envs = 4
+    short_time_limit = 7
+
+    def make_env(self, seed, num_envs, **options):
+        return fake_adapter(num_envs, seed, auto_reset=True, **options)
+
+    def reference_observation(self, seed, env_index, actions):
+        return reference_state(seed, self.num_envs, env_index, actions)
+
+    def terminating_actions(self, env, generator):
+        return torch.ones(env.num_envs, env.num_actions)
+
+    def test_final_observations_policy_is_exact(self):
+        env = self._env()
+        assert env.final_observations == "exact" and env.env.cfg.auto_reset is False
+
+
+class TestIsaacLabResetObservationPolicy(EnvContractTests):
+    """Isaac Lab returns the reset observation after a done and cannot skip the reset: a
+    time-out is reported as a termination, so no learner bootstraps from a reset observation."""
+
+    num_envs = 4
+
+    def make_env(self, seed, num_envs, **options):
+        return fake_adapter(num_envs, seed, **options)
+
+    def reference_observation(self, seed, env_index, actions):
+        return reference_state(seed, self.num_envs, env_index, actions)
+
+    def terminating_actions(self, env, generator):
+        return torch.ones(env.num_envs, env.num_actions)
+
+    def test_final_observation_is_the_simulators_not_the_reset(self):
+        env = self._env()
+        assert env.final_observations == "no_bootstrap"
+        env.reset()
+        for _ in range(self.max_steps):
+            obs, _, dones, extras = env.step(torch.ones(env.num_envs, env.num_actions))
+            if dones.any():
+                break
+        # no true final observation exists: the reset one is what the env shows
+        assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR], obs)
+        assert torch.equal(extras[FINAL_OBSERVATIONS][CRITIC], extras[OBSERVATIONS][CRITIC])
+        assert not extras[TIME_OUTS].any()
+
+    def test_time_outs_are_truncations_with_the_simulators_final_observation(self):
+        env = self._env(max_episode_steps=5)
+        env.reset()
+        zero = torch.zeros(env.num_envs, env.num_actions)
+        for _ in range(5):
+            obs, _, dones, extras = env.step(zero)
+        assert dones.all(), "every env ends at the time limit"
+        assert not extras[TIME_OUTS].any(), "without a true final observation a time-out is a termination"
+        assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR], obs)
+
+    def test_exact_final_observations_are_refused_where_the_env_cannot_skip_resets(self):
+        with pytest.raises(EnvOptionError, match="cannot skip|can skip"):
+            fake_adapter(final_observations="exact")
+
+
+def test_runner_stores_isaac_lab_time_outs_as_terminations(tmp_path):
+    """Through the runner: a time-out of an env without final observations is stored as
+    terminated, so the TD target never uses the reset observation."""
+    from fast_td3.runner import Runner
+
+    cfg = tiny_train_config(total_steps=10)
+    env = fake_adapter(num_envs=4, max_episode_steps=5)
+    runner = Runner(cfg, env, None, tmp_path)
+    obs, critic_obs = runner._reset_envs()
+    for _ in range(6):
+        obs, critic_obs = runner.collect(obs, critic_obs)
+    stored = runner.buffer.gather(torch.full((4, 1), 4))
+    assert stored["terminated"].all() and not stored["truncated"].any()
+
+
+def test_unfinished_envs_keep_the_observation_step_returned():
+    """A partial reset recomputes every env's observation with fresh noise; only the reset
+    envs may take the new rows."""
+    made = []
+    env = fake_adapter(auto_reset=True, noise=0.1, made=made, max_episode_steps=50)
+    fake = made[0]
+    returned = []
+    step = fake.step
+
+    def recording_step(action):
+        result = step(action)
+        returned.append({k: v.clone() for k, v in result[0].items()})
+        return result
+
+    fake.step = recording_step
+    env.reset()
+    actions = torch.zeros(4, 2)
+    actions[0] = 1.0  # env 0 leaves the square first
+    for _ in range(200):
+        obs, _, dones, extras = env.step(actions)
+        if dones.any():
+            break
+    assert dones[0] and not dones[1:].any()
+    assert torch.equal(obs[1:], returned[-1]["policy"][1:])
+    assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR][0], returned[-1]["policy"][0])
+    assert not torch.equal(obs[0], returned[-1]["policy"][0])
+
+
+def test_actions_are_clamped_and_scaled_by_the_action_bounds():
+    made = []
+    env = fake_adapter(made=made, action_bounds=3.0)
+    received = []
+    step = made[0].step
+    made[0].step = lambda action: (received.append(action.clone()), step(action))[1]
+    env.reset()
+    env.step(torch.tensor([[2.0, -0.5]] * 4))
+    assert torch.equal(received[0], torch.tensor([[3.0, -1.5]] * 4))
+    with pytest.raises(EnvOptionError, match="action_bounds"):
+        fake_adapter(action_bounds=0.0)
+
+
+def test_the_envs_random_streams_are_its_own():
+    """Construction, reset(seed) and steps draw only from the adapter's own streams: the
+    trainer's generators do not move, and interleaved adapters match solo ones."""
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a = fake_adapter(seed=5, noise=0.1, auto_reset=True)
+    a.reset()
+    a.reset(seed=77)
+    for _ in range(5):
+        a.step(torch.zeros(4, 2))
+    assert torch.equal(torch.rand(3), expected), "the env moved the global torch generator"
+
+    def rollout(*envs):
+        out = [[] for _ in envs]
+        for env in envs:
+            env.reset()
+        for _ in range(20):
+            for i, env in enumerate(envs):
+                out[i].append(env.step(torch.full((4, 2), 0.3))[0])
+        return [torch.stack(o) for o in out]
+
+    solo = rollout(fake_adapter(seed=5, noise=0.1))[0]
+    together = rollout(fake_adapter(seed=5, noise=0.1), fake_adapter(seed=6, noise=0.1))
+    assert torch.equal(together[0], solo)
+    assert not torch.equal(together[1], solo)
+
+
+def test_random_initial_progress_staggers_time_outs_reproducibly():
+    made = []
+    env = fake_adapter(num_envs=64, seed=3, made=made, random_initial_progress=True, max_episode_steps=20)
+    env.reset()
+    progress = made[0].episode_length_buf.clone()
+    assert progress.min() >= 0 and progress.max() < 20 and len(progress.unique()) > 10
+    first_done = torch.full((64,), -1)
+    for t in range(20):
+        _, _, dones, _ = env.step(torch.zeros(64, 2))
+        first_done[dones & (first_done < 0)] = t + 1
+    assert torch.equal(first_done, 20 - progress), "each env times out after its remaining steps"
+    again = []
+    fake_adapter(num_envs=64, seed=3, made=again, random_initial_progress=True, max_episode_steps=20).reset()
+    assert torch.equal(again[0].episode_length_buf, progress)
+
+
+@pytest.mark.parametrize("steps", [3, 7, 250, 1001])
+def test_max_episode_steps_sets_the_exact_time_limit(steps):
+    made = []
+    env = fake_adapter(made=made, max_episode_steps=steps)
+    assert env.max_episode_steps == steps == made[0].max_episode_length
+    assert fake_adapter().max_episode_steps == math.ceil(10.0 / 0.02)
+
+
+def test_groups_critic_and_errors():
+    symmetric = fake_adapter(privileged_critic=False)
+    assert symmetric.num_critic_obs is None and symmetric.num_obs == 4 and symmetric.num_actions == 2
+    obs, extras = symmetric.reset()
+    assert CRITIC not in extras[OBSERVATIONS]
+    asymmetric = fake_adapter()
+    assert asymmetric.num_critic_obs == 6
+    made = []
+    with pytest.raises(EnvOptionError, match=r"no observation group 'actor'.*\['critic', 'policy'\]"):
+        fake_adapter(made=made, actor_group="actor")
+    assert made[0].closed
+    with pytest.raises(EnvOptionError, match="reward scales"):
+        fake_adapter(reward_scales={"track_lin_vel": 2.0})
+    with pytest.raises(EnvOptionError, match="final_observations"):
+        fake_adapter(final_observations="sometimes")
+
+
+def test_render_frames_of_env_zero():
+    env = IsaacLabVecEnv(lambda: fake_creator()("t", 2, 0, "cpu", render_mode="rgb_array"), name="t")
+    env.reset()
+    assert env.render(0).shape == (32, 32, 3)
+    with pytest.raises(ValueError, match="env 0"):
+        env.render(1)
+    plain = fake_adapter()
+    plain.reset()
+    with pytest.raises(RuntimeError, match="render_mode='rgb_array'"):
+        plain.render(0)
+
+
+def test_suite_presets_compose_with_the_reference_overrides():
+    from hydra import compose, initialize_config_dir
+    from fast_td3.train import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        lift = compose("train", ["task=Isaac-Lift-Cube-Franka-v0"])
+        rough = compose("train", ["task=Isaac-Velocity-Rough-G1-v0"])
+        g1 = compose("train", ["task=Mjlab-Velocity-Flat-Unitree-G1"])
+    assert lift.env.suite == "isaaclab" and lift.env.num_envs == 1024
+    assert lift.algo.disable_bootstrap and lift.env.options.action_bounds == 3.0 and lift.algo.num_updates == 8
+    assert lift.algo.std_max == 0.8 and lift.total_steps == 20000
+    assert rough.algo.n_step == 8 and rough.algo.buffer_size == 5120 and rough.algo.num_atoms == 251
+    assert rough.env.options.actor_group == "policy" and rough.env.eval_options.random_initial_progress is False
+    assert g1.env.suite == "mjlab" and g1.env.options.actor_group == "actor"
+    EnvConfig(**{k: v for k, v in g1.env.items()})  # the schema accepts the preset
+
+
+@pytest.mark.parametrize("task, package, instruction", [
+    ("Isaac-Velocity-Flat-H1-v0", "isaaclab", "isaac-sim.github.io"),
+    ("Mjlab-Velocity-Flat-Unitree-G1", "mjlab", 'pip install -c .ci/mjlab-constraints.txt -e ".[mjlab]"'),
+])
+def test_a_missing_suite_prints_its_install_instructions(tmp_path, task, package, instruction):
+    blocker = tmp_path / "blocker"  # the package unimportable even where it is installed
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(f"import sys\nsys.modules[{package!r}] = None\n")
+    result = subprocess.run(
+        [str(BIN / "fast-td3-train"), f"task={task}", "out_dir=runs"], capture_output=True, text=True,
+        cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(blocker)},
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"'{package}'" in result.stderr and instruction in result.stderr
+    assert not (tmp_path / "runs").exists(), "no run folder is made for a run that cannot start"
+
+
+def test_runner_trains_on_the_fake_and_checkpoints(tmp_path):
+    """End to end on the API: collect, update, evaluate on a second env, checkpoint."""
+    from fast_td3.runner import Runner
+
+    cfg = tiny_train_config(total_steps=40)
+    cfg.eval_interval, cfg.save_interval = 20, 20
+    env = fake_adapter(num_envs=4, auto_reset=True)
+    evaluation = fake_adapter(num_envs=2, seed=99, auto_reset=True)
+    runner = Runner(cfg, env, evaluation, tmp_path)
+    final = runner.train()
+    assert final["eval/episodes"] == 2 and math.isfinite(final["eval/return_mean"])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1].endswith("40.pt")
+    assert read_metrics(tmp_path)[-1]["step"] == 40

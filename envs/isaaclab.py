@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
+from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
 
 FINAL_OBSERVATION_POLICIES = ("auto", "exact", "no_bootstrap")
 ISAACLAB_ACTOR_GROUP = "policy"
@@ -151,6 +151,10 @@ class IsaacLabVecEnv:
         self.final_observations = "exact" if final_observations != "no_bootstrap" and can_skip_reset else "no_bootstrap"
         if can_skip_reset:
             env.cfg.auto_reset = self.final_observations != "exact"
+        reward_manager = getattr(env, "reward_manager", None)  # manager-based envs name their terms
+        self._reward_terms = list(reward_manager.active_terms) if reward_manager is not None else []
+        self.finite_horizon = bool(getattr(env.cfg, "is_finite_horizon", False))
+        """mjlab's switch: the time limit is the end of the task, so a time-out does not bootstrap."""
         self._seeded = False
 
     # --------------------------------------------------------------- contract
@@ -171,7 +175,8 @@ class IsaacLabVecEnv:
             raise RuntimeError("call reset() before step()")
         scaled = actions.detach().to(self.device).clamp(-1.0, 1.0) * self.action_bounds
         with self._rng.active():
-            groups, rewards, terminated, truncated, _ = self.env.step(scaled)
+            groups, rewards, terminated, truncated, step_extras = self.env.step(scaled)
+            log = dict(step_extras.get("log") or {})
             # copies: a reset below may rewrite the env's reward and termination buffers
             rewards = rewards.float().reshape(self.num_envs).clone()
             terminated, truncated = terminated.bool().clone(), truncated.bool().clone()
@@ -179,16 +184,18 @@ class IsaacLabVecEnv:
             final = self._groups(self._actor(groups), groups)
             if self.final_observations == "exact":
                 final = {name: value.clone() for name, value in final.items()}  # the env reuses its buffers
-                groups = self._reset_finished(dones, groups)
+                groups, reset_log = self._reset_finished(dones, groups)
+                log.update(reset_log)
         obs = self._actor(groups)
-        if self.final_observations == "exact":
+        if self.final_observations == "exact" and not self.finite_horizon:
             time_outs = truncated & ~terminated
-        else:  # the env's own auto-reset already replaced the terminal observation
+        else:  # the time limit ends the task, or the env's auto-reset replaced the terminal observation
             time_outs = torch.zeros_like(dones)
             final = self._groups(obs, groups)
         extras = {
             OBSERVATIONS: self._groups(obs, groups),
             FINAL_OBSERVATIONS: final,
+            EPISODE: self._episode_metrics(log),
             TIME_OUTS: time_outs,
         }
         return obs, rewards, dones, extras
@@ -208,17 +215,30 @@ class IsaacLabVecEnv:
         return np.asarray(frame)
 
     # --------------------------------------------------------------- helpers
-    def _reset_finished(self, dones: torch.Tensor, groups: dict) -> dict:
+    def _reset_finished(self, dones: torch.Tensor, groups: dict) -> tuple[dict, dict]:
         """Reset the finished envs (the env skipped its auto-reset); every other env keeps
         the observation `step` returned (a partial reset recomputes all rows, with fresh
-        observation noise)."""
+        observation noise). Only the groups the adapter uses are kept (not e.g. cameras)."""
         done_ids = dones.nonzero().flatten()
         if done_ids.numel() == 0:
-            return groups
-        stepped = {name: value.clone() for name, value in groups.items()}
-        reset, _ = self.env.reset(env_ids=done_ids)
-        mask = dones.reshape(-1, 1)
-        return {name: torch.where(mask, reset[name].reshape_as(value), value) for name, value in stepped.items()}
+            return groups, {}
+        used = [self.actor_group] + ([self.critic_group] if self.critic_group else [])
+        stepped = {name: groups[name].clone() for name in used}
+        reset, extras = self.env.reset(env_ids=done_ids)
+        merged = {name: torch.where(dones.view(-1, *[1] * (value.dim() - 1)), reset[name], value)
+                  for name, value in stepped.items()}
+        return merged, dict(extras.get("log") or {})
+
+    def _episode_metrics(self, log: dict) -> dict[str, torch.Tensor]:
+        """`reward/<term>`: the mean per-episode sum of each reward term over the envs that
+        just finished (broadcast to every row; only finished rows count). The API logs
+        `Episode_Reward/<term>` as that mean divided by the time limit in seconds."""
+        seconds = self.env.max_episode_length_s
+        return {
+            f"reward/{term}": torch.as_tensor(log.get(f"Episode_Reward/{term}", 0.0) * seconds,
+                                              dtype=torch.float32, device=self.device).expand(self.num_envs)
+            for term in self._reward_terms
+        }
 
     def _actor(self, groups: dict) -> torch.Tensor:
         return groups[self.actor_group].reshape(self.num_envs, -1).float()
@@ -236,32 +256,44 @@ class IsaacLabVecEnv:
 
 def _flat_size(space: Any, group: str) -> int:
     shape = getattr(space, "shape", None)
-    if shape is None:
+    if hasattr(space, "spaces") or not shape:  # a dict of terms (mjlab's Dict has shape ())
         raise ValueError(f"observation group {group!r} is not one concatenated tensor; "
                          "set concatenate_terms=True for it in the task config")
     return int(np.prod(shape))
 
 
 # ------------------------------------------------------------------ Isaac Lab
-def _start_isaac_lab(headless: bool, cameras: bool) -> None:
-    """Isaac Lab's simulation app, once per process: Isaac Sim through the app launcher when
-    it is installed (Isaac Lab 2.x, or 3.x with Isaac Sim), nothing in 3.x's kit-less mode."""
-    global _isaac_app
-    if _isaac_app is not None or importlib.util.find_spec("isaacsim") is None:
-        return
-    from isaaclab.app import AppLauncher
-
-    _isaac_app = AppLauncher(headless=headless, enable_cameras=cameras).app
-
-
+ONE_SIMULATION_PER_PROCESS = True
+"""Isaac Lab runs one simulation per process: the trainer makes no separate eval envs
+(evaluate checkpoints with `fast-td3-eval`, a process of its own)."""
 _isaac_app = None
+_isaac_app_options: tuple[bool, bool] | None = None
 
 
-def isaaclab_tasks() -> list[str]:
+def prepare(headless: bool = True, render_mode: str | None = None, **_: Any) -> None:
+    """Start Isaac Lab's simulation app, once per process, with the window and cameras the
+    first env asks for: Isaac Sim through the app launcher when it is installed (Isaac Lab
+    2.x, or 3.x with Isaac Sim), nothing in Isaac Lab 3's kit-less mode. Called by
+    `make_env` before the task id is checked (listing Isaac Lab's tasks needs the app)."""
+    global _isaac_app, _isaac_app_options
+    wanted = (bool(headless), render_mode is not None)
+    if _isaac_app_options is not None:
+        if _isaac_app_options != wanted:
+            raise RuntimeError(f"Isaac Lab's app already runs with (headless, cameras) = {_isaac_app_options}; "
+                               f"an env asking for {wanted} needs a process of its own")
+        return
+    _isaac_app_options = wanted
+    if importlib.util.find_spec("isaacsim") is not None:
+        from isaaclab.app import AppLauncher
+
+        _isaac_app = AppLauncher(headless=headless, enable_cameras=render_mode is not None).app
+
+
+def tasks() -> list[str]:
     """The `Isaac-*` ids that `isaaclab_tasks` registers with gymnasium."""
     import gymnasium as gym
 
-    _start_isaac_lab(headless=True, cameras=False)
+    prepare()
     importlib.import_module("isaaclab_tasks")
     return sorted(name for name in gym.registry if name.startswith("Isaac-"))
 
@@ -271,17 +303,13 @@ def create_isaaclab_env(task: str, num_envs: int, seed: int, device: Any, render
     """An Isaac Lab env through Isaac Lab's own config parsing and `gym.make(task, cfg=...)`."""
     import gymnasium as gym
 
-    _start_isaac_lab(headless=headless, cameras=render_mode is not None)
+    prepare(headless=headless, render_mode=render_mode)
     importlib.import_module("isaaclab_tasks")
     from isaaclab_tasks.utils import parse_env_cfg
 
     cfg = parse_env_cfg(task, device=str(device), num_envs=num_envs)
     cfg.seed = seed
     return gym.make(task, cfg=cfg, render_mode=render_mode).unwrapped
-
-
-def tasks() -> list[str]:
-    return isaaclab_tasks()
 
 
 def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options: Any) -> IsaacLabVecEnv:
@@ -319,8 +347,11 @@ def view(env: IsaacLabVecEnv, policy: Callable[[torch.Tensor], torch.Tensor], vi
     closes or `steps` env steps have passed."""
     if viewer not in ("auto", "kit"):
         raise ValueError(f"Isaac Lab shows envs in Isaac Sim's window (viewer 'kit'), not {viewer!r}")
+    if _isaac_app is None:
+        raise RuntimeError("no Isaac Sim window in this process (Isaac Lab's kit-less mode); record a video "
+                           "instead (--video out.mp4)")
     obs, _ = env.reset()
     taken = 0
-    while (steps is None or taken < steps) and (_isaac_app is None or _isaac_app.is_running()):
+    while (steps is None or taken < steps) and _isaac_app.is_running():
         obs = env.step(policy(obs))[0]
         taken += 1

@@ -31,6 +31,11 @@ Everything returned is a torch tensor on `device`. Bootstrapping rule for learne
 a terminated transition never bootstraps; a time-out bootstraps from its entry in
 `extras[FINAL_OBSERVATIONS]`, never from the reset observation in `obs`.
 
+An adapter whose simulator cannot show the last observation before its auto-reset (Isaac
+Lab) never reports a time-out: every episode end is reported as a termination, and its
+`extras[FINAL_OBSERVATIONS]` rows equal `obs`. The rule above then never bootstraps from a
+reset observation.
+
 `tests/env_conformance.py` checks an adapter against this contract; every suite's
 tests run it.
 """

@@ -150,8 +150,10 @@ def make_env(
     **options: Any,
 ) -> VecEnv:
     """Build `num_envs` envs of `task` from `suite` behind the env contract."""
-    check_task(suite, task)
     adapter = load_adapter(suite)
+    if hasattr(adapter, "prepare"):  # e.g. Isaac Lab starts its app with the window/cameras asked for
+        adapter.prepare(**options)
+    check_task(suite, task)
     try:
         return adapter.make(task, num_envs=num_envs, seed=seed, device=device, **options)
     except TypeError as error:

@@ -106,7 +106,8 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--viewer", default="auto",
                         help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
     parser.add_argument("--video", default=None, help="record env 0 to this .mp4/.gif instead of opening a viewer")
-    parser.add_argument("--fps", type=int, default=None, help="video frame rate (default: the env's control rate)")
+    parser.add_argument("--fps", type=int, default=None,
+                        help="video frame rate (default: the control rate for Isaac Lab and mjlab, else 30)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
     args = parser.parse_args(argv)
     if args.num_envs < 1 or (args.steps is not None and args.steps < 1):
@@ -117,7 +118,7 @@ def cli(argv: list[str] | None = None) -> None:
             parser.error('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
     try:
         result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device)
-    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
+    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError, RuntimeError) as error:
         print(f"fast-td3-play: error: {error}", file=sys.stderr)
         sys.exit(2)
     if result is not None:

@@ -21,7 +21,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from envs.registry import (
-    SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, make_env, require_suite,
+    SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, load_adapter, make_env,
+    require_suite,
 )
 from fast_td3 import distributed
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
@@ -108,8 +109,12 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
         eval_options = env_cfg.adapter_options(evaluation=True)
         if cfg.eval_video:  # on every rank, so all evaluate on the same physics; rank 0 draws
             eval_options["render_mode"] = "rgb_array"
-        eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
-        say(f"Eval envs: {eval_env!r}", flush=True)
+        if getattr(load_adapter(env_cfg.suite), "ONE_SIMULATION_PER_PROCESS", False):
+            say(f"Eval envs: none ({env_cfg.suite} runs one simulation per process; evaluate checkpoints "
+                "with fast-td3-eval)", flush=True)
+        else:
+            eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
+            say(f"Eval envs: {eval_env!r}", flush=True)
         runner = Runner(cfg, env, eval_env, run_dir, ranks=ranks)
         if cfg.resume:
             checkpoint = find_checkpoint(cfg.resume)

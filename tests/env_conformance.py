@@ -50,6 +50,10 @@ class EnvContractTests:
     atol = 1e-5
     terminates = True
     """False for tasks that only end by time-out (the time-out test then covers final observations)."""
+    exact_final_observations = True
+    """False for adapters that cannot see the last observation before the simulator's reset:
+    they must report every episode end as a termination, with final observations equal to
+    `obs` (envs/protocol.py)."""
 
     # ---------------------------------------------------------------- to provide
     def make_env(self, seed: int, num_envs: int, **options) -> VecEnv:  # pragma: no cover
@@ -89,6 +93,13 @@ class EnvContractTests:
             actual = extras[FINAL_OBSERVATIONS][group][env_index]
             torch.testing.assert_close(actual.cpu(), value.float().cpu(), atol=self.atol, rtol=1e-5,
                                        msg=lambda m: f"env {env_index}, final {group} observation: {m}")
+
+    def _assert_ends_are_terminations_showing_obs(self, obs, dones, extras) -> None:
+        """The contract for adapters without final observations (`exact_final_observations`)."""
+        assert not extras[TIME_OUTS].any(), "an adapter without final observations reports no time-outs"
+        for group, value in extras[FINAL_OBSERVATIONS].items():
+            shown = obs if group == ACTOR else extras[OBSERVATIONS][group]
+            assert torch.equal(value, shown), f"final {group} observations must equal the observations"
 
     # ---------------------------------------------------------------- tests
     def test_attributes_shapes_dtypes_device(self):
@@ -133,6 +144,9 @@ class EnvContractTests:
                 break
         else:
             raise AssertionError(f"no episode ended within {self.max_steps} steps")
+        if not self.exact_final_observations:
+            self._assert_ends_are_terminations_showing_obs(obs, dones, extras)
+            return
         final = extras[FINAL_OBSERVATIONS][ACTOR]
         done_ids = torch.nonzero(dones).flatten().tolist()
         not_done = ~dones
@@ -152,6 +166,10 @@ class EnvContractTests:
             obs, _, dones, extras = env.step(zero)
             if t < self.short_time_limit:
                 assert not dones.any(), f"an episode ended at step {t} before the time limit"
+        if not self.exact_final_observations:
+            assert dones.all(), "every env ends at the limit"
+            self._assert_ends_are_terminations_showing_obs(obs, dones, extras)
+            return
         assert dones.all() and extras[TIME_OUTS].all(), "every env times out at the limit"
         final = extras[FINAL_OBSERVATIONS][ACTOR]
         for i in range(env.num_envs):
@@ -162,6 +180,8 @@ class EnvContractTests:
     def test_terminations_are_not_time_outs_even_at_the_limit(self):
         if not self.terminates:
             pytest.skip("the task never terminates")
+        if not self.exact_final_observations:
+            pytest.skip("the adapter reports no time-outs (every end is a termination)")
         env = self._env(seed=4)
         env.reset()
         g = torch.Generator().manual_seed(0)

@@ -16,6 +16,8 @@ a goal; it terminates when it leaves the square |x| <= 1.5.
 
 `auto_reset` (constructor argument) adds mjlab's `cfg.auto_reset` switch: when False,
 `step` returns the terminal observation and finished envs wait for `reset(env_ids=...)`.
+`one_per_process=True` refuses a second live env, as Isaac Lab's simulation context does.
+Reward and done tensors are persistent buffers overwritten by every step, as in both.
 """
 
 from __future__ import annotations
@@ -64,9 +66,22 @@ def point_mass_step(state: torch.Tensor, action: torch.Tensor, cfg: FakeEnvCfg) 
     return torch.cat([pos, vel], dim=-1)
 
 
+@dataclass
+class RewardTerms:
+    """The part of Isaac Lab's RewardManager the adapter reads."""
+
+    active_terms: list
+
+
 class FakeManagerBasedRLEnv:
+    live = 0
+    """Envs alive in this process (Isaac Lab allows one simulation per process)."""
+
     def __init__(self, cfg: FakeEnvCfg, device: str = "cpu", render_mode: str | None = None,
-                 auto_reset: bool | None = None) -> None:
+                 auto_reset: bool | None = None, one_per_process: bool = False) -> None:
+        if one_per_process and FakeManagerBasedRLEnv.live:
+            raise RuntimeError("Simulation context already exists. Cannot create a new one.")
+        FakeManagerBasedRLEnv.live += 1
         self.cfg = cfg
         if auto_reset is not None:
             cfg.auto_reset = auto_reset  # mjlab's switch; Isaac Lab's config has no such field
@@ -91,6 +106,8 @@ class FakeManagerBasedRLEnv:
         self.single_action_space = gym.spaces.Box(-math.inf, math.inf, (2,))
         self.closed = False
         self.steps_taken = 0
+        self.reward_manager = RewardTerms(["distance"])
+        self.episode_sums = torch.zeros(n, device=self.device)
 
     # ------------------------------------------------------------- properties
     @property
@@ -137,10 +154,12 @@ class FakeManagerBasedRLEnv:
         self.state = point_mass_step(self.state, action.to(self.device), self.cfg)
         self.steps_taken += 1
         self.episode_length_buf += 1
-        self.reset_terminated = (self.state[:, :2].abs() > LIMIT).any(dim=1)
-        self.reset_time_outs = self.episode_length_buf >= self.max_episode_length
-        self.reset_buf = self.reset_terminated | self.reset_time_outs
-        self.reward_buf = -(self.state[:, :2] - self.goal).square().sum(dim=1) * self.step_dt
+        # persistent buffers written in place, as Isaac Lab's and mjlab's managers do
+        self.reset_terminated[:] = (self.state[:, :2].abs() > LIMIT).any(dim=1)
+        self.reset_time_outs[:] = self.episode_length_buf >= self.max_episode_length
+        self.reset_buf[:] = self.reset_terminated | self.reset_time_outs
+        self.reward_buf[:] = -(self.state[:, :2] - self.goal).square().sum(dim=1) * self.step_dt
+        self.episode_sums += self.reward_buf
         reset_ids = self.reset_buf.nonzero().flatten()
         if getattr(self.cfg, "auto_reset", True):
             if len(reset_ids) > 0:
@@ -159,6 +178,8 @@ class FakeManagerBasedRLEnv:
         return frame
 
     def close(self) -> None:
+        if not self.closed:
+            FakeManagerBasedRLEnv.live -= 1
         self.closed = True
 
     # ---------------------------------------------------------------- helpers
@@ -167,7 +188,9 @@ class FakeManagerBasedRLEnv:
         self.state[env_ids] = torch.cat([torch.rand(n, 2, device=self.device) - 0.5,
                                          torch.zeros(n, 2, device=self.device)], dim=1)
         self.goal[env_ids] = torch.rand(n, 2, device=self.device) * 2 - 1
-        self.extras["log"]["Episode_Length"] = self.episode_length_buf[env_ids].float().mean()
+        # the reward manager's log: the mean episode sum per second of the time limit
+        self.extras["log"]["Episode_Reward/distance"] = self.episode_sums[env_ids].mean() / self.max_episode_length_s
+        self.episode_sums[env_ids] = 0.0
         self.episode_length_buf[env_ids] = 0
         self._pending[env_ids] = False
 

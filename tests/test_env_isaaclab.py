@@ -17,7 +17,7 @@ import torch
 
 from env_conformance import EnvContractTests
 from envs.isaaclab import IsaacLabVecEnv, adapter_over
-from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
+from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
 from envs.registry import EnvOptionError
 from fake_isaaclab import FakeEnvCfg, FakeManagerBasedRLEnv, SceneCfg, point_mass_step
 from fast_td3.config import EnvConfig
@@ -27,14 +27,16 @@ from helpers import tiny_train_config
 BIN = Path(sys.executable).parent
 
 
-def fake_creator(auto_reset=None, noise=0.0, privileged_critic=True, episode_length_s=10.0, made=None):
+def fake_creator(auto_reset=None, noise=0.0, privileged_critic=True, episode_length_s=10.0, made=None,
+                 one_per_process=False):
     """`create(task, num_envs, seed, device, render_mode=)` building the fake env."""
 
     def create(task, num_envs, seed, device, render_mode=None):
         cfg = FakeEnvCfg(observation_noise=noise, privileged_critic=privileged_critic,
                          episode_length_s=episode_length_s, seed=seed)
         cfg.scene.num_envs = num_envs
-        env = FakeManagerBasedRLEnv(cfg, device=str(device), render_mode=render_mode, auto_reset=auto_reset)
+        env = FakeManagerBasedRLEnv(cfg, device=str(device), render_mode=render_mode, auto_reset=auto_reset,
+                                    one_per_process=one_per_process)
         if made is not None:
             made.append(env)
         return env
@@ -85,41 +87,19 @@ class TestIsaacLabResetObservationPolicy(EnvContractTests):
     time-out is reported as a termination, so no learner bootstraps from a reset observation."""
 
     num_envs = 4
+    exact_final_observations = False
 
     def make_env(self, seed, num_envs, **options):
         return fake_adapter(num_envs, seed, **options)
 
-    def reference_observation(self, seed, env_index, actions):
-        return reference_state(seed, self.num_envs, env_index, actions)
-
     def terminating_actions(self, env, generator):
         return torch.ones(env.num_envs, env.num_actions)
 
-    def test_final_observation_is_the_simulators_not_the_reset(self):
-        env = self._env()
-        assert env.final_observations == "no_bootstrap"
-        env.reset()
-        for _ in range(self.max_steps):
-            obs, _, dones, extras = env.step(torch.ones(env.num_envs, env.num_actions))
-            if dones.any():
-                break
-        # no true final observation exists: the reset one is what the env shows
-        assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR], obs)
-        assert torch.equal(extras[FINAL_OBSERVATIONS][CRITIC], extras[OBSERVATIONS][CRITIC])
-        assert not extras[TIME_OUTS].any()
-
-    def test_time_outs_are_truncations_with_the_simulators_final_observation(self):
-        env = self._env(max_episode_steps=5)
-        env.reset()
-        zero = torch.zeros(env.num_envs, env.num_actions)
-        for _ in range(5):
-            obs, _, dones, extras = env.step(zero)
-        assert dones.all(), "every env ends at the time limit"
-        assert not extras[TIME_OUTS].any(), "without a true final observation a time-out is a termination"
-        assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR], obs)
+    def test_final_observations_policy_is_no_bootstrap(self):
+        assert self._env().final_observations == "no_bootstrap"
 
     def test_exact_final_observations_are_refused_where_the_env_cannot_skip_resets(self):
-        with pytest.raises(EnvOptionError, match="cannot skip|can skip"):
+        with pytest.raises(EnvOptionError, match="can skip its auto-reset"):
             fake_adapter(final_observations="exact")
 
 
@@ -164,6 +144,88 @@ def test_unfinished_envs_keep_the_observation_step_returned():
     assert torch.equal(obs[1:], returned[-1]["policy"][1:])
     assert torch.equal(extras[FINAL_OBSERVATIONS][ACTOR][0], returned[-1]["policy"][0])
     assert not torch.equal(obs[0], returned[-1]["policy"][0])
+
+
+@pytest.mark.parametrize("auto_reset", [None, True])
+def test_reward_terms_are_logged_per_episode(auto_reset):
+    """`extras[EPISODE]["reward/<term>"]` on a finished env's row is the mean episode sum of
+    that term over the envs that finished (from the env's `Episode_Reward/<term>` log)."""
+    env = fake_adapter(auto_reset=auto_reset, max_episode_steps=4)
+    env.reset()
+    returns = torch.zeros(4)
+    for _ in range(4):
+        _, rewards, dones, extras = env.step(torch.full((4, 2), 0.5))
+        returns += rewards
+    assert dones.all()
+    metric = extras[EPISODE]["reward/distance"]
+    assert metric.shape == (4,)
+    torch.testing.assert_close(metric, returns.mean().expand(4))
+    _, _, dones, extras = env.step(torch.zeros(4, 2))
+    assert not dones.any() and set(extras[EPISODE]) == {"reward/distance"}  # present on every step
+
+
+def test_returned_tensors_survive_the_next_step():
+    """The env overwrites its reward and done buffers in place every step; what the adapter
+    returned for step t must not change at step t+1."""
+    env = fake_adapter(auto_reset=True, max_episode_steps=3)
+    env.reset()
+    zero = torch.zeros(4, 2)
+    env.step(zero), env.step(zero)
+    _, rewards, dones, extras = env.step(zero)  # the time limit: every env ends
+    kept = rewards.clone(), dones.clone(), extras[TIME_OUTS].clone()
+    env.step(torch.ones(4, 2))
+    assert kept[1].all() and kept[2].all()
+    assert torch.equal(rewards, kept[0]) and torch.equal(dones, kept[1]) and torch.equal(extras[TIME_OUTS], kept[2])
+
+
+def test_a_finite_horizon_time_limit_does_not_bootstrap():
+    fake = fake_creator(auto_reset=True)("finite", 4, 0, "cpu")
+    fake.cfg.is_finite_horizon = True  # mjlab's switch: the time limit ends the task
+    env = IsaacLabVecEnv(lambda: fake, name="finite", max_episode_steps=2)
+    env.reset()
+    env.step(torch.zeros(4, 2))
+    _, _, dones, extras = env.step(torch.zeros(4, 2))
+    assert dones.all() and not extras[TIME_OUTS].any()
+
+
+def test_training_on_isaac_lab_makes_one_simulation_per_process(tmp_path, monkeypatch):
+    """Isaac Lab allows one simulation per process: `fast-td3-train`'s builder makes no
+    separate eval envs for it (the fake refuses a second one as Isaac Lab does)."""
+    import envs.isaaclab as isaaclab
+    import envs.registry as registry
+    from fast_td3.train import build_and_train
+
+    made = []
+    monkeypatch.setattr(FakeManagerBasedRLEnv, "live", 0)  # other tests leave fakes open
+    monkeypatch.setattr(registry, "require_suite", lambda suite: None)
+    monkeypatch.setattr(isaaclab, "tasks", lambda: ["Fake-Isaac-PointMass-v0"])
+    monkeypatch.setattr(isaaclab, "create_isaaclab_env", fake_creator(made=made, one_per_process=True))
+    cfg = tiny_train_config(total_steps=20)
+    cfg.env = EnvConfig(suite="isaaclab", task="Fake-Isaac-PointMass-v0", num_envs=4)
+    cfg.save_interval = 10
+    assert build_and_train(cfg, tmp_path) == {}
+    assert len(made) == 1 and made[0].closed
+    assert (tmp_path / "checkpoints").is_dir() and read_metrics(tmp_path)[-1]["step"] == 20
+    with pytest.raises(RuntimeError, match="Simulation context already exists"):
+        fake_creator(one_per_process=True)("t", 2, 0, "cpu"), fake_creator(one_per_process=True)("t", 2, 0, "cpu")
+
+
+def test_camera_groups_pass_through_partial_resets():
+    """Only the actor and critic groups are merged after a partial reset (mjlab's camera
+    tasks return image groups too)."""
+    made = []
+    env = fake_adapter(auto_reset=True, made=made, max_episode_steps=50)
+    fake = made[0]
+    observations = fake._observations
+    fake._observations = lambda: {**observations(), "camera": torch.zeros(4, 3, 8, 8)}
+    env.reset()
+    actions = torch.zeros(4, 2)
+    actions[0] = 1.0
+    for _ in range(200):
+        _, _, dones, extras = env.step(actions)
+        if dones.any():
+            break
+    assert dones[0] and set(extras[OBSERVATIONS]) == {ACTOR, CRITIC}
 
 
 def test_actions_are_clamped_and_scaled_by_the_action_bounds():

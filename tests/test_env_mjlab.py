@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from env_conformance import EnvContractTests
-from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS
+from envs.protocol import ACTOR, CRITIC
 
 HAVE_MJLAB = importlib.util.find_spec("mjlab") is not None
 pytestmark = [
@@ -41,20 +41,24 @@ class MjlabContract(EnvContractTests):
         return mjlab_env(self.task, num_envs, seed, **options)
 
     def reference_observation(self, seed, env_index, actions):
-        """Env `env_index` alone on a second mjlab env with the same seed and no time limit;
-        the other envs hold still (envs are independent; random draws are batch-wide)."""
-        env = mjlab_env(self.task, self.num_envs, seed, max_episode_steps=100_000)
-        try:
-            env.reset()
-            for t, action in enumerate(actions, 1):
-                full = torch.zeros(self.num_envs, env.num_actions)
-                full[env_index] = action
-                _, _, dones, extras = env.step(full)
-                assert t == len(actions) or not dones.any(), "the reference episode ended early"
-            final = extras[FINAL_OBSERVATIONS]  # env_index's own last step may end its episode
-            return {ACTOR: final[ACTOR][env_index], CRITIC: final[CRITIC][env_index]}
-        finally:
-            env.close()
+        """Env `env_index` on mjlab itself, without the adapter: a raw env with the same seed,
+        no auto-reset and no time limit, in random streams of its own; the other envs hold
+        still (envs are independent; random draws are batch-wide)."""
+        from envs.isaaclab import OwnRandomStreams
+        from envs.mjlab import create_mjlab_env
+
+        with OwnRandomStreams(torch.device("cpu")).active():
+            env = create_mjlab_env(self.task, self.num_envs, seed, "cpu")
+            try:
+                env.cfg.auto_reset, env.cfg.episode_length_s = False, 1e9
+                groups, _ = env.reset(seed=seed)
+                for action in actions:
+                    full = torch.zeros(self.num_envs, action.shape[-1])
+                    full[env_index] = action.clamp(-1.0, 1.0)
+                    groups = env.step(full)[0]
+                return {ACTOR: groups["actor"][env_index].clone(), CRITIC: groups["critic"][env_index].clone()}
+            finally:
+                env.close()
 
 
 class TestVelocityG1Contract(MjlabContract):
@@ -85,13 +89,15 @@ def test_train_checkpoint_resume_and_play_on_g1(tmp_path):
     records the policy."""
     quick = ["task=" + G1, "preset=cpu", "env.num_envs=4", "algo.batch_size=256", "algo.buffer_size=400",
              "algo.num_updates=1", "algo.learning_starts=20", "eval_episodes=2", "eval_interval=0",
-             "save_interval=100", "logger.console=false", "hydra.run.dir=run"]
+             "save_interval=100", "env.max_episode_steps=100", "logger.console=false", "hydra.run.dir=run"]
     trained = cli("fast-td3-train", *quick, "total_steps=200", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert checkpoints[-1] == "step_000000200.pt", checkpoints
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/return_mean" in m for m in metrics)
+    terms = {k for m in metrics for k in m if k.startswith("train/episode/reward/")}
+    assert {"train/episode/reward/track_linear_velocity", "train/episode/reward/upright"} <= terms, terms
     losses = [m["loss/critic"] for m in metrics if "loss/critic" in m]
     assert losses and all(loss == loss and abs(loss) < 1e6 for loss in losses)  # updates ran, finite
 

@@ -39,6 +39,14 @@ def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> Fas
     return agent.eval()
 
 
+def load_checkpoint(path: str | Path) -> tuple[Path, dict, TrainConfig]:
+    """(checkpoint file, its contents, the run's config) of a run folder or checkpoint file."""
+    checkpoint_path = ckpt.find_checkpoint(path)
+    checkpoint = ckpt.load(checkpoint_path)
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"]))
+    return checkpoint_path, checkpoint, cfg
+
+
 def evaluate_checkpoint(
     path: str | Path,
     episodes: int = 10,
@@ -47,11 +55,7 @@ def evaluate_checkpoint(
     video: str | Path | None = None,
     video_fps: int = 30,
 ) -> dict:
-    checkpoint_path = ckpt.find_checkpoint(path)
-    checkpoint = ckpt.load(checkpoint_path)
-    cfg: TrainConfig = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"])
-    )
+    checkpoint_path, checkpoint, cfg = load_checkpoint(path)
     torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     options = cfg.env.adapter_options(evaluation=True)

@@ -20,14 +20,11 @@ import sys
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from envs.protocol import VecEnv
 from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
-from fast_td3 import checkpoint as ckpt
-from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
-from fast_td3.evaluate_checkpoint import load_policy
+from fast_td3.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.evaluation import eval_seed, write_video
 
 DEFAULT_VIDEO_STEPS = 1000
@@ -57,9 +54,7 @@ def play(
     fps: int | None = None,
     device: str = "auto",
 ) -> dict | None:
-    checkpoint_path = ckpt.find_checkpoint(path)
-    checkpoint = ckpt.load(checkpoint_path)
-    cfg: TrainConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"]))
+    checkpoint_path, checkpoint, cfg = load_checkpoint(path)
     torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     adapter = load_adapter(cfg.env.suite)

@@ -1,0 +1,376 @@
+"""Our learner against the reference FastTD3 (younggyoseo/FastTD3), on this machine, in one run.
+
+    git clone https://github.com/younggyoseo/FastTD3 /tmp/FastTD3     # a checkout; never vendored here
+    python scripts/bench_vs_reference.py --reference /tmp/FastTD3
+    python scripts/bench_vs_reference.py --reference /tmp/FastTD3 --sizes cpu --json ref.json
+
+The reference's network, replay and normaliser modules are loaded from that checkout by
+file path (both projects call their package `fast_td3`) and driven the way its trainer
+drives them per global step: for each of `num_updates` (2) critic updates, sample a batch
+from its replay buffer, normalise it, compute the C51 target (its projection) with clipped
+double Q and step the critic; the actor on every second; Polyak after each critic update.
+Ours runs the same step through `FastTD3.update` on our replay buffer. Both use the same
+shapes (MuJoCo Playground's T1: observations 85, critic observations 180, actions 23), batch,
+networks, bf16 autocast and compile setting, and are timed alternately in one process, so
+the printed ratios compare like with like under the same machine load.
+
+Before timing, the maths is checked: with the same weights, the same batch and the same
+smoothing noise, the reference's and our critic and actor losses agree (fp32).
+
+Sizes: `cpu` is our `preset=cpu` (16 envs, batch 2048, eager) with networks of
+256-128-64 (the reference sizes its layers as width, width/2, width/4, so our preset's
+exact widths cannot be built there); `full` is the suite default (1024 envs, batch 32768,
+actor 512-256-128, critic 1024-512-256, compiled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+
+from fast_td3 import replay as keys
+from fast_td3.agent import FastTD3
+from fast_td3.config import AlgoConfig
+from fast_td3.replay import ReplayBuffer
+
+NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    num_envs: int
+    batch_size: int
+    actor_width: int
+    critic_width: int
+    compile: bool
+
+
+SIZES = {
+    "cpu": Size("cpu preset", 16, 2048, 256, 256, compile=False),
+    "full": Size("full size", 1024, 32768, 512, 1024, compile=True),
+}
+CAPACITY = 64
+"""Replay rows per env for the benchmark (sampling cost does not depend on it)."""
+
+
+def load_reference(checkout: Path):
+    """The reference's `fast_td3.py` and `fast_td3_utils.py` as modules of their own names."""
+    modules = []
+    for name in ("fast_td3", "fast_td3_utils"):
+        path = checkout / "fast_td3" / f"{name}.py"
+        if not path.is_file():
+            raise SystemExit(f"{path} not found: pass --reference <a checkout of younggyoseo/FastTD3>")
+        spec = importlib.util.spec_from_file_location(f"reference_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # torch.compile looks modules up by name
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return modules
+
+
+def accepted(cls, **kwargs):
+    """Construct `cls` with the keyword arguments its signature takes (the reference's
+    constructors gained arguments over time)."""
+    params = inspect.signature(cls).parameters
+    return cls(**{k: v for k, v in kwargs.items() if k in params})
+
+
+def algo_config(size: Size, precision: str = "bf16", compile: bool | None = None) -> AlgoConfig:
+    return AlgoConfig(
+        actor_hidden_dims=[size.actor_width, size.actor_width // 2, size.actor_width // 4],
+        critic_hidden_dims=[size.critic_width, size.critic_width // 2, size.critic_width // 4],
+        num_atoms=101, v_min=-10.0, v_max=10.0, gamma=0.97, batch_size=size.batch_size, num_updates=2,
+        policy_frequency=2, buffer_size=CAPACITY, precision=precision,
+        compile=size.compile if compile is None else compile,
+    )
+
+
+# ------------------------------------------------------------------ the reference's step
+class Reference:
+    """The reference's modules and its per-global-step learning, as its trainer runs them."""
+
+    def __init__(self, net, utils, size: Size, cfg: AlgoConfig, device: torch.device) -> None:
+        self.cfg, self.size, self.device = cfg, size, device
+        common = dict(n_act=NUM_ACTIONS, num_atoms=cfg.num_atoms, v_min=cfg.v_min, v_max=cfg.v_max,
+                      sim_type="", sim_dimension=64, seq_len=8, device=device)
+        self.actor = accepted(net.Actor, n_obs=NUM_OBS, num_envs=size.num_envs, init_scale=0.01,
+                              hidden_dim=size.actor_width, **common)
+        self.critic = accepted(net.Critic, n_obs=NUM_CRITIC_OBS, hidden_dim=size.critic_width, **common)
+        self.target = accepted(net.Critic, n_obs=NUM_CRITIC_OBS, hidden_dim=size.critic_width, **common)
+        self.target.load_state_dict(self.critic.state_dict())
+        self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=torch.tensor(cfg.critic_lr),
+                                                  weight_decay=cfg.weight_decay)
+        self.actor_optimizer = torch.optim.AdamW(self.actor.parameters(), lr=torch.tensor(cfg.actor_lr),
+                                                 weight_decay=cfg.weight_decay)
+        self.buffer = accepted(utils.SimpleReplayBuffer, n_env=size.num_envs, buffer_size=CAPACITY, n_obs=NUM_OBS,
+                               n_act=NUM_ACTIONS, n_critic_obs=NUM_CRITIC_OBS, asymmetric_obs=True,
+                               playground_mode=True, n_steps=1, gamma=cfg.gamma, device=device)
+        self.obs_normalizer = utils.EmpiricalNormalization(NUM_OBS, device)
+        self.critic_obs_normalizer = utils.EmpiricalNormalization(NUM_CRITIC_OBS, device)
+        critic_step, actor_step = self.critic_step, self.actor_step
+        if size.compile:
+            critic_step, actor_step = torch.compile(critic_step), torch.compile(actor_step)
+        self._critic_step, self._actor_step = critic_step, actor_step
+
+    def fill(self, transitions: list[TensorDict]) -> None:
+        for t in transitions:
+            self.buffer.extend(TensorDict({
+                "observations": t[keys.OBS], "critic_observations": t[keys.CRITIC_OBS],
+                "actions": t[keys.ACTIONS],
+                "next": {"observations": t[keys.NEXT_OBS], "critic_observations": t[keys.NEXT_CRITIC_OBS],
+                         "rewards": t[keys.REWARDS], "dones": t[keys.TERMINATED].long(),
+                         "truncations": t[keys.TRUNCATED].long()},
+            }, batch_size=[self.size.num_envs]))
+
+    def losses(self, data: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Critic and actor loss of the reference's update on a normalised batch."""
+        return self._critic_loss(data), self._actor_loss(data)
+
+    def _critic_loss(self, data: TensorDict) -> torch.Tensor:
+        """Its update_main: smoothed next actions from the online actor, both target heads
+        projected, per sample the head with the smaller value, cross-entropy summed over heads."""
+        cfg, nxt = self.cfg, data["next"]
+        bootstrap = (nxt["truncations"].bool() | ~nxt["dones"].bool()).float()
+        noise = (torch.randn_like(data["actions"]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
+        next_actions = (self.actor(nxt["observations"]) + noise).clamp(-1.0, 1.0)
+        with torch.no_grad():
+            proj1, proj2 = self.target.projection(nxt["critic_observations"], next_actions, nxt["rewards"],
+                                                  bootstrap, cfg.gamma ** nxt["effective_n_steps"])
+            v1, v2 = self.target.get_value(proj1), self.target.get_value(proj2)
+            target = torch.where((v1 < v2).unsqueeze(1), proj1, proj2)
+        q1, q2 = self.critic(data["critic_observations"], data["actions"])
+        return (-(target * F.log_softmax(q1, dim=1)).sum(1).mean()
+                - (target * F.log_softmax(q2, dim=1)).sum(1).mean())
+
+    def _actor_loss(self, data: TensorDict) -> torch.Tensor:
+        """Its update_pol: minus the smaller head's expected value."""
+        p1, p2 = self.critic(data["critic_observations"], self.actor(data["observations"]))
+        value = torch.minimum(self.critic.get_value(F.softmax(p1, dim=1)), self.critic.get_value(F.softmax(p2, dim=1)))
+        return -value.mean()
+
+    def _step(self, loss_fn, optimizer, data: TensorDict) -> torch.Tensor:
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.cfg.precision == "bf16"):
+            loss = loss_fn(data)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def critic_step(self, data: TensorDict) -> torch.Tensor:
+        return self._step(self._critic_loss, self.critic_optimizer, data)
+
+    def actor_step(self, data: TensorDict) -> torch.Tensor:
+        return self._step(self._actor_loss, self.actor_optimizer, data)
+
+    def sample(self) -> TensorDict:
+        data = self.buffer.sample(max(1, self.size.batch_size // self.size.num_envs))
+        data["observations"] = self.obs_normalizer(data["observations"])
+        data["next"]["observations"] = self.obs_normalizer(data["next"]["observations"])
+        data["critic_observations"] = self.critic_obs_normalizer(data["critic_observations"])
+        data["next"]["critic_observations"] = self.critic_obs_normalizer(data["next"]["critic_observations"])
+        return data
+
+    def learn(self) -> None:
+        """One global step of learning: `num_updates` critic updates, the actor on every second."""
+        for i in range(self.cfg.num_updates):
+            data = self.sample()
+            self._critic_step(data)
+            if i % self.cfg.policy_frequency == 1:
+                self._actor_step(data)
+            with torch.no_grad():  # its soft_update: scale, then add
+                target, online = list(self.target.parameters()), list(self.critic.parameters())
+                torch._foreach_mul_(target, 1.0 - self.cfg.tau)
+                torch._foreach_add_(target, online, alpha=self.cfg.tau)
+
+
+# ------------------------------------------------------------------ ours
+class Ours:
+    def __init__(self, size: Size, cfg: AlgoConfig, device: torch.device) -> None:
+        self.size, self.cfg = size, cfg
+        self.agent = FastTD3(cfg, NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS, size.num_envs, device)
+        self.buffer = ReplayBuffer(size.num_envs, CAPACITY, NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS,
+                                   critic_obs_extends_actor_obs=True, n_step=cfg.n_step, gamma=cfg.gamma, device=device)
+        self.generator = torch.Generator(device=device).manual_seed(0)
+
+    def fill(self, transitions: list[TensorDict]) -> None:
+        for t in transitions:
+            self.buffer.extend(t)
+
+    def learn(self) -> None:
+        for _ in range(self.cfg.num_updates):
+            self.agent.update(self.buffer.sample(self.size.batch_size, generator=self.generator))
+
+
+def transitions(num_envs: int, steps: int, seed: int = 0) -> list[TensorDict]:
+    """Random Playground-shaped transitions (the critic observation extends the actor's)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        obs, next_obs = torch.randn(num_envs, NUM_OBS, generator=g), torch.randn(num_envs, NUM_OBS, generator=g)
+        tail = NUM_CRITIC_OBS - NUM_OBS
+        out.append(TensorDict({
+            keys.OBS: obs, keys.NEXT_OBS: next_obs,
+            keys.CRITIC_OBS: torch.cat([obs, torch.randn(num_envs, tail, generator=g)], 1),
+            keys.NEXT_CRITIC_OBS: torch.cat([next_obs, torch.randn(num_envs, tail, generator=g)], 1),
+            keys.ACTIONS: torch.rand(num_envs, NUM_ACTIONS, generator=g) * 2 - 1,
+            keys.REWARDS: torch.randn(num_envs, generator=g),
+            keys.TERMINATED: torch.rand(num_envs, generator=g) < 0.02,
+            keys.TRUNCATED: torch.rand(num_envs, generator=g) < 0.01,
+        }, batch_size=[num_envs]))
+    return out
+
+
+# ------------------------------------------------------------------ the maths check
+def copy_weights(reference: Reference, ours: Ours) -> None:
+    """Our networks take the reference's weights (its twin heads are two modules; ours one
+    stacked module with weights stored transposed)."""
+    ref_linears = [m for m in reference.actor.modules() if isinstance(m, torch.nn.Linear)]
+    our_linears = [m for m in ours.agent.actor.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(ref_linears) == len(our_linears), "actor depths differ"
+    with torch.no_grad():
+        for src, dst in zip(ref_linears, our_linears):
+            dst.weight.copy_(src.weight), dst.bias.copy_(src.bias)
+        for critic, ref in ((ours.agent.critic, reference.critic), (ours.agent.target_critic, reference.target)):
+            heads = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (ref.qnet1, ref.qnet2)]
+            for depth, layer in enumerate(critic.layers):
+                for h in range(2):
+                    layer.weight[h].copy_(heads[h][depth].weight.T)
+                    layer.bias[h, 0].copy_(heads[h][depth].bias)
+
+
+def check_same_maths(net, utils, device: torch.device, batch_size: int = 512) -> dict[str, float]:
+    """The reference's and our losses on one batch with the same weights and noise (fp32)."""
+    from fast_td3.agent import actor_loss, bootstrap_mask, critic_loss, smoothed_target_actions, target_distribution
+
+    size = Size("check", 8, batch_size, 64, 128, compile=False)
+    cfg = replace(algo_config(size, precision="fp32", compile=False), policy_noise=0.2)
+    reference, ours = Reference(net, utils, size, cfg, device), Ours(size, cfg, device)
+    copy_weights(reference, ours)
+    ours.fill(transitions(size.num_envs, 8, seed=1))  # one sample handed to both
+    sample = ours.buffer.sample(batch_size, generator=torch.Generator().manual_seed(3))
+    # Rewards small enough that no target leaves the support: the reference picks the clipped-
+    # double-Q head by the mean of its *projected* (clamped) target, ours by the target head's
+    # own mean; without clamping the two choices are the same.
+    sample[keys.REWARDS] = sample[keys.REWARDS].clamp(-1, 1) * 0.25
+    data = TensorDict({
+        "observations": sample[keys.OBS], "critic_observations": sample[keys.CRITIC_OBS],
+        "actions": sample[keys.ACTIONS],
+        "next": {"observations": sample[keys.NEXT_OBS], "critic_observations": sample[keys.NEXT_CRITIC_OBS],
+                 "rewards": sample[keys.REWARDS], "dones": sample[keys.TERMINATED].long(),
+                 "truncations": sample[keys.TRUNCATED].long(),
+                 "effective_n_steps": torch.ones(batch_size)},
+    }, batch_size=[batch_size])
+    torch.manual_seed(11)
+    ref_critic, ref_actor = reference.losses(data)
+    agent = ours.agent
+    torch.manual_seed(11)
+    next_actions = smoothed_target_actions(agent.actor, sample[keys.NEXT_OBS], cfg.policy_noise, cfg.noise_clip)
+    target = target_distribution(agent.target_critic, sample[keys.NEXT_CRITIC_OBS], next_actions, sample[keys.REWARDS],
+                                 bootstrap_mask(sample[keys.TERMINATED], sample[keys.TRUNCATED], False),
+                                 sample[keys.DISCOUNT], True)
+    our_critic, _ = critic_loss(agent.critic, sample[keys.CRITIC_OBS], sample[keys.ACTIONS], target)
+    our_actor = actor_loss(agent.actor, agent.critic, sample[keys.OBS], sample[keys.CRITIC_OBS], True)
+    result = {name: float(value.detach()) for name, value in (
+        ("critic_loss_reference", ref_critic), ("critic_loss_ours", our_critic),
+        ("actor_loss_reference", ref_actor), ("actor_loss_ours", our_actor))}
+    torch.testing.assert_close(our_critic, ref_critic, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(our_actor, ref_actor, rtol=1e-5, atol=1e-5)
+    return result
+
+
+# ------------------------------------------------------------------ timing
+def time_alternating(contenders: dict, rounds: int, steps: int) -> dict[str, float]:
+    """Median seconds per call of each contender's `learn`, run alternately `rounds` times."""
+    for learner in contenders.values():  # warm-up (and compilation)
+        learner.learn(), learner.learn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, learner in contenders.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                learner.learn()
+            times[name].append((time.perf_counter() - start) / steps)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def time_sampling(reference: "Reference", ours: "Ours", rounds: int = 20) -> dict[str, float]:
+    samplers = {"reference": reference.sample,
+                "ours": lambda: ours.buffer.sample(ours.size.batch_size, generator=ours.generator)}
+    times = {name: [] for name in samplers}
+    for _ in range(rounds):
+        for name, sample in samplers.items():
+            start = time.perf_counter()
+            sample()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=Path, required=True, help="a checkout of younggyoseo/FastTD3")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    device = torch.device("cpu")
+    net, utils = load_reference(args.reference)
+    maths = check_same_maths(net, utils, device)
+    print(f"Same maths (fp32, same weights, batch and noise): critic loss {maths['critic_loss_ours']:.6f} (ours) vs "
+          f"{maths['critic_loss_reference']:.6f} (reference); actor loss {maths['actor_loss_ours']:.6f} vs "
+          f"{maths['actor_loss_reference']:.6f}")
+    rows = []
+    for key in args.sizes:
+        size = SIZES[key]
+        data = transitions(size.num_envs, CAPACITY)
+        contenders = {
+            "reference fp32": Reference(net, utils, size, algo_config(size, "fp32"), device),
+            "ours fp32": Ours(size, algo_config(size, "fp32"), device),
+            "ours bf16": Ours(size, algo_config(size, "bf16"), device),
+        }
+        for learner in contenders.values():
+            learner.fill(data)
+        reference_bf16 = Reference(net, utils, size, algo_config(size, "bf16"), device)
+        reference_bf16.fill(data)
+        try:
+            reference_bf16.learn()
+            contenders["reference bf16"] = reference_bf16
+        except RuntimeError as error:  # its projection mixes dtypes under CPU autocast
+            print(f"{size.name}: the reference does not run under bf16 autocast here: {str(error).splitlines()[0]}")
+        learn = time_alternating(contenders, args.rounds, 1 if key == "full" else 5)
+        sampling = time_sampling(contenders["reference fp32"], contenders["ours fp32"])
+        baseline = learn.get("reference bf16", learn["reference fp32"])
+        row = {"size": size.name, "batch": size.batch_size, "envs": size.num_envs, "compiled": size.compile,
+               "learn_s": learn, "sample_s": sampling,
+               "same_precision_speedup": learn["reference fp32"] / learn["ours fp32"],
+               "best_speedup": min(learn["reference fp32"], baseline) / min(learn["ours fp32"], learn["ours bf16"]),
+               "sample_speedup": sampling["reference"] / sampling["ours"]}
+        rows.append(row)
+        print(f"{size.name}: batch {size.batch_size}, {size.num_envs} envs, {'compiled' if size.compile else 'eager'}, "
+              "2 critic updates + 1 actor update per global step (ms, median of alternating rounds):", flush=True)
+        for name, seconds in learn.items():
+            print(f"  {name:15s} {seconds * 1e3:9.1f} ms  ({learn['reference fp32'] / seconds:.2f}x the reference fp32)")
+        print(f"  ours vs the reference, both fp32: {row['same_precision_speedup']:.2f}x; "
+              f"each at its fastest that runs here: {row['best_speedup']:.2f}x")
+        print(f"  replay sampling: reference {sampling['reference'] * 1e3:.2f} ms, ours {sampling['ours'] * 1e3:.2f} ms "
+              f"({row['sample_speedup']:.2f}x)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                                         "torch": torch.__version__, "threads": torch.get_num_threads(),
+                                         "maths": maths, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,9 +10,10 @@ Reports, all measured in this run on the current device:
   (batch 2048, small networks, eager), with the FLOPs of one update (counted by torch's
   FLOP counter) and the achieved FLOP/s against the device's peak;
 - env steps/s of every installed suite through its adapter (random actions);
-- an end-to-end training run (`--task`, `preset=cpu`): global steps/s after a warm-up and
-  the share of its wall time spent stepping envs, acting, storing, sampling, updating and
-  logging;
+- an end-to-end training run (`--task`, `preset=cpu`): global steps/s after a warm-up, then
+  in a second stretch of the same length (timed per phase, with device syncs on a GPU) the
+  share of its wall time spent stepping envs, acting, storing, sampling, updating and
+  logging ("other" includes the stretch's env reset and final checkpoint);
 - peak memory of this process (host) and of the device.
 
 The peak FLOP/s assumed: on a GPU the vendor's dense bf16 figure for the named card; on a
@@ -23,6 +24,7 @@ machine's matmul kernels reach, so "utilisation" reads as a fraction of what is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -42,17 +44,22 @@ from bench_update import PLAYGROUND_SHAPES, synchronize, synthetic_batch  # noqa
 from fast_td3.agent import FastTD3  # noqa: E402
 from fast_td3.config import AlgoConfig  # noqa: E402
 
-GPU_BF16_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0, "RTX 4090": 165.0, "A10": 125.0}
-"""Dense bf16 tensor-core peaks from the vendors' data sheets, by a substring of the card's name."""
+GPU_BF16_PEAK_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
+                        "RTX 4090": 165.0, "A10": 125.0}
+"""Dense bf16 tensor-core peaks from the vendors' data sheets, by a substring of the card's
+name (the first match wins, so the PCIe H100 comes before the SXM one)."""
+PRESET_CPU = dict(batch_size=2048, actor_hidden_dims=[256, 128], critic_hidden_dims=[256, 256])
 SIZES = {
     "suite default": dict(batch_size=32768, compile=True),
-    "preset=cpu": dict(batch_size=2048, compile=False, actor_hidden_dims=[256, 128], critic_hidden_dims=[256, 256]),
+    "preset=cpu": dict(PRESET_CPU, compile=False),
+    "preset=cpu, compiled": dict(PRESET_CPU, compile=True),  # why the preset stays eager on a CPU
 }
 SUITE_PROBES = [  # suite, package, task, envs
     ("gymnasium", "gymnasium", "HalfCheetah-v5", 16),
     ("playground", "mujoco_playground", "CheetahRun", 64),
     ("humanoid_bench", "humanoid_bench", "h1hand-walk-v0", 16),
     ("mjlab", "mjlab", "Mjlab-Velocity-Flat-Unitree-G1", 4),
+    ("isaaclab", "isaaclab", "Isaac-Velocity-Flat-H1-v0", 64),
 ]
 
 
@@ -63,18 +70,21 @@ def peak_flops(device: torch.device) -> tuple[float, str]:
         for key, tflops in GPU_BF16_PEAK_TFLOPS.items():
             if key in name:
                 return tflops * 1e12, f"{name}: data-sheet dense bf16 peak"
-    n = 2048 if device.type == "cpu" else 8192
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(2):
+    best, best_n = 0.0, 0
+    for n in ((1024, 2048, 4096) if device.type == "cpu" else (4096, 8192)):
+        a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
         a @ b
-    synchronize(device)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < 2.0:
-        a @ b
-        reps += 1
-    synchronize(device)
-    return 2 * n**3 * reps / (time.perf_counter() - start), f"measured: {n}x{n} bf16 matmul on this device"
+        synchronize(device)
+        reps, start = 0, time.perf_counter()
+        while reps < 2 or time.perf_counter() - start < 1.0:
+            a @ b
+            reps += 1
+        synchronize(device)
+        rate = 2 * n**3 * reps / (time.perf_counter() - start)
+        if rate > best:
+            best, best_n = rate, n
+    return best, f"measured: the fastest of several square bf16 matmuls here ({best_n}x{best_n})"
 
 
 def update_flops(cfg: AlgoConfig, batch, device: torch.device) -> float:
@@ -82,7 +92,7 @@ def update_flops(cfg: AlgoConfig, batch, device: torch.device) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     shapes = PLAYGROUND_SHAPES
-    agent = FastTD3(AlgoConfig(**{**cfg.__dict__, "compile": False}), shapes["num_obs"], shapes["num_actions"],
+    agent = FastTD3(dataclasses.replace(cfg, compile=False), shapes["num_obs"], shapes["num_actions"],
                     shapes["num_critic_obs"], device=device)
     counts = []
     for _ in range(2):  # the first update has the actor off, the second on (policy_frequency 2)
@@ -101,7 +111,7 @@ def bench_updates(sizes: list[str], device: torch.device, seconds: float) -> lis
         shapes = PLAYGROUND_SHAPES
         agent = FastTD3(cfg, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"], device=device)
         start = time.perf_counter()
-        for _ in range(2):
+        for _ in range(6):  # compilation; under CUDA graphs each variant records on a later call
             agent.update(batch)
         synchronize(device)
         warmup = time.perf_counter() - start
@@ -122,19 +132,22 @@ def bench_suites(device: torch.device, seconds: float) -> list[dict]:
 
     rows = []
     for suite, package, task, num_envs in SUITE_PROBES:
+        row = {"suite": suite, "task": task, "envs": num_envs, "env_steps_per_s": None}
+        rows.append(row)
         if importlib.util.find_spec(package) is None:
-            rows.append({"suite": suite, "task": task, "envs": num_envs, "env_steps_per_s": None,
-                         "note": f"{package} not installed"})
+            row["note"] = f"{package} not installed"
             continue
         start = time.perf_counter()
-        env = make_env(suite, task, num_envs, 0, "cpu")
         try:
-            env.reset()
-            rate = stepped_rate(env, seconds)
-        finally:
-            env.close()
-        rows.append({"suite": suite, "task": task, "envs": num_envs, "env_steps_per_s": rate,
-                     "build_and_measure_s": time.perf_counter() - start})
+            env = make_env(suite, task, num_envs, 0, device)
+            try:
+                env.reset()
+                row["env_steps_per_s"] = stepped_rate(env, seconds)
+            finally:
+                env.close()
+        except Exception as error:  # one suite failing must not lose the rest of the report
+            row["note"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
+        row["build_and_measure_s"] = time.perf_counter() - start
     return rows
 
 
@@ -178,6 +191,10 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
         runner = Runner(cfg, env, None, Path(run_dir))
         try:
             runner.train()  # warm-up: buffer filling, first updates, compilation
+            runner.cfg.total_steps += steps
+            start = time.perf_counter()
+            runner.train()  # throughput, without the clock's device syncs
+            wall = time.perf_counter() - start
             clock = PhaseClock(device)
             clock.wrap(runner.env, "step", "env step")
             clock.wrap(runner.agent, "act", "act")
@@ -185,13 +202,13 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
             clock.wrap(runner.buffer, "sample", "replay sampling")
             clock.wrap(runner.agent, "update", "update")
             clock.wrap(runner, "log", "logging")
-            runner.cfg.total_steps = warmup_steps + steps
+            runner.cfg.total_steps += steps
             start = time.perf_counter()
-            runner.train()
-            wall = time.perf_counter() - start
+            runner.train()  # where the time goes
+            clocked = time.perf_counter() - start
         finally:
             env.close()
-    shares = {phase: s / wall for phase, s in clock.seconds.items()}
+    shares = {phase: s / clocked for phase, s in clock.seconds.items()}
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
     return {"task": task, "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "steps": steps,
             "global_steps_per_s": steps / wall, "env_steps_per_s": steps * cfg.env.num_envs / wall,
@@ -243,7 +260,7 @@ def main() -> None:
     print("| phase | share of wall time |\n|---|---:|")
     for phase, share in sorted(t["time_shares"].items(), key=lambda kv: -kv[1]):
         print(f"| {phase} | {share:.1%} |")
-    print(f"\nPeak memory: host {memory['host_peak_mb']:.0f} MB"
+    print(f"\nPeak memory of this benchmark process (all of the above): host {memory['host_peak_mb']:.0f} MB"
           + (f", device {memory['device_peak_mb']:.0f} MB" if "device_peak_mb" in memory else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({

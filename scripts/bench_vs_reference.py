@@ -40,10 +40,13 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from fast_td3 import replay as keys
-from fast_td3.agent import FastTD3
-from fast_td3.config import AlgoConfig
-from fast_td3.replay import ReplayBuffer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_update import synchronize  # noqa: E402
+
+from fast_td3 import replay as keys  # noqa: E402
+from fast_td3.agent import FastTD3  # noqa: E402
+from fast_td3.config import AlgoConfig  # noqa: E402
+from fast_td3.replay import ReplayBuffer  # noqa: E402
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 
@@ -63,7 +66,8 @@ SIZES = {
     "full": Size("full size", 1024, 32768, 512, 1024, compile=True),
 }
 CAPACITY = 64
-"""Replay rows per env for the benchmark (sampling cost does not depend on it)."""
+"""Replay rows per env for the benchmark: small buffers stay in cache, so both sides'
+sampling here is faster than from a multi-gigabyte buffer."""
 
 
 def load_reference(checkout: Path):
@@ -120,18 +124,19 @@ class Reference:
                                playground_mode=True, n_steps=1, gamma=cfg.gamma, device=device)
         self.obs_normalizer = utils.EmpiricalNormalization(NUM_OBS, device)
         self.critic_obs_normalizer = utils.EmpiricalNormalization(NUM_CRITIC_OBS, device)
-        critic_step, actor_step = self.critic_step, self.actor_step
-        if size.compile:
-            critic_step, actor_step = torch.compile(critic_step), torch.compile(actor_step)
-        self._critic_step, self._actor_step = critic_step, actor_step
+        steps = [self.critic_step, self.actor_step, self.obs_normalizer.forward, self.critic_obs_normalizer.forward]
+        if size.compile:  # its trainer compiles the two update functions and the normalisers
+            steps = [torch.compile(step) for step in steps]
+        self._critic_step, self._actor_step, self._normalize_obs, self._normalize_critic_obs = steps
 
     def fill(self, transitions: list[TensorDict]) -> None:
         for t in transitions:
+            t = t.to(self.device)
             self.buffer.extend(TensorDict({
                 "observations": t[keys.OBS], "critic_observations": t[keys.CRITIC_OBS],
                 "actions": t[keys.ACTIONS],
                 "next": {"observations": t[keys.NEXT_OBS], "critic_observations": t[keys.NEXT_CRITIC_OBS],
-                         "rewards": t[keys.REWARDS], "dones": t[keys.TERMINATED].long(),
+                         "rewards": t[keys.REWARDS], "dones": (t[keys.TERMINATED] | t[keys.TRUNCATED]).long(),
                          "truncations": t[keys.TRUNCATED].long()},
             }, batch_size=[self.size.num_envs]))
 
@@ -177,10 +182,10 @@ class Reference:
 
     def sample(self) -> TensorDict:
         data = self.buffer.sample(max(1, self.size.batch_size // self.size.num_envs))
-        data["observations"] = self.obs_normalizer(data["observations"])
-        data["next"]["observations"] = self.obs_normalizer(data["next"]["observations"])
-        data["critic_observations"] = self.critic_obs_normalizer(data["critic_observations"])
-        data["next"]["critic_observations"] = self.critic_obs_normalizer(data["next"]["critic_observations"])
+        data["observations"] = self._normalize_obs(data["observations"])
+        data["next"]["observations"] = self._normalize_obs(data["next"]["observations"])
+        data["critic_observations"] = self._normalize_critic_obs(data["critic_observations"])
+        data["next"]["critic_observations"] = self._normalize_critic_obs(data["next"]["critic_observations"])
         return data
 
     def learn(self) -> None:
@@ -190,10 +195,14 @@ class Reference:
             self._critic_step(data)
             if i % self.cfg.policy_frequency == 1:
                 self._actor_step(data)
-            with torch.no_grad():  # its soft_update: scale, then add
-                target, online = list(self.target.parameters()), list(self.critic.parameters())
-                torch._foreach_mul_(target, 1.0 - self.cfg.tau)
-                torch._foreach_add_(target, online, alpha=self.cfg.tau)
+            self.soft_update()
+
+    @torch.no_grad()
+    def soft_update(self) -> None:
+        """Its soft_update: scale the target, then add the online weights."""
+        target, online = list(self.target.parameters()), list(self.critic.parameters())
+        torch._foreach_mul_(target, 1.0 - self.cfg.tau)
+        torch._foreach_add_(target, online, alpha=self.cfg.tau)
 
 
 # ------------------------------------------------------------------ ours
@@ -207,7 +216,7 @@ class Ours:
 
     def fill(self, transitions: list[TensorDict]) -> None:
         for t in transitions:
-            self.buffer.extend(t)
+            self.buffer.extend(t.to(self.agent.device))
 
     def learn(self) -> None:
         for _ in range(self.cfg.num_updates):
@@ -227,8 +236,8 @@ def transitions(num_envs: int, steps: int, seed: int = 0) -> list[TensorDict]:
             keys.NEXT_CRITIC_OBS: torch.cat([next_obs, torch.randn(num_envs, tail, generator=g)], 1),
             keys.ACTIONS: torch.rand(num_envs, NUM_ACTIONS, generator=g) * 2 - 1,
             keys.REWARDS: torch.randn(num_envs, generator=g),
-            keys.TERMINATED: torch.rand(num_envs, generator=g) < 0.02,
-            keys.TRUNCATED: torch.rand(num_envs, generator=g) < 0.01,
+            keys.TERMINATED: (ended := torch.rand(num_envs, generator=g)) < 0.02,
+            keys.TRUNCATED: (ended >= 0.02) & (ended < 0.03),  # a time-out is never also a termination
         }, batch_size=[num_envs]))
     return out
 
@@ -251,69 +260,112 @@ def copy_weights(reference: Reference, ours: Ours) -> None:
                     layer.bias[h, 0].copy_(heads[h][depth].bias)
 
 
-def check_same_maths(net, utils, device: torch.device, batch_size: int = 512) -> dict[str, float]:
-    """The reference's and our losses on one batch with the same weights and noise (fp32)."""
-    from fast_td3.agent import actor_loss, bootstrap_mask, critic_loss, smoothed_target_actions, target_distribution
-
-    size = Size("check", 8, batch_size, 64, 128, compile=False)
-    cfg = replace(algo_config(size, precision="fp32", compile=False), policy_noise=0.2)
-    reference, ours = Reference(net, utils, size, cfg, device), Ours(size, cfg, device)
-    copy_weights(reference, ours)
-    ours.fill(transitions(size.num_envs, 8, seed=1))  # one sample handed to both
-    sample = ours.buffer.sample(batch_size, generator=torch.Generator().manual_seed(3))
-    # Rewards small enough that no target leaves the support: the reference picks the clipped-
-    # double-Q head by the mean of its *projected* (clamped) target, ours by the target head's
-    # own mean; without clamping the two choices are the same.
-    sample[keys.REWARDS] = sample[keys.REWARDS].clamp(-1, 1) * 0.25
-    data = TensorDict({
+def reference_batch(sample: TensorDict) -> TensorDict:
+    """One of our sampled batches in the reference's layout."""
+    return TensorDict({
         "observations": sample[keys.OBS], "critic_observations": sample[keys.CRITIC_OBS],
         "actions": sample[keys.ACTIONS],
         "next": {"observations": sample[keys.NEXT_OBS], "critic_observations": sample[keys.NEXT_CRITIC_OBS],
-                 "rewards": sample[keys.REWARDS], "dones": sample[keys.TERMINATED].long(),
+                 "rewards": sample[keys.REWARDS],
+                 "dones": (sample[keys.TERMINATED] | sample[keys.TRUNCATED]).long(),
                  "truncations": sample[keys.TRUNCATED].long(),
-                 "effective_n_steps": torch.ones(batch_size)},
-    }, batch_size=[batch_size])
+                 "effective_n_steps": sample[keys.NSTEP_LENGTH].float()},
+    }, batch_size=sample.batch_size)
+
+
+def one_update_each(net, utils, sample: TensorDict, device: torch.device) -> dict[str, float]:
+    """One whole update on each side from the same weights, batch and smoothing noise (fp32,
+    no normalisation, the same AdamW settings): critic step, actor step, Polyak. Returns
+    both sides' losses and the largest parameter difference afterwards."""
+    size = Size("check", 8, sample.shape[0], 64, 128, compile=False)
+    cfg = replace(algo_config(size, precision="fp32", compile=False), policy_noise=0.2, policy_frequency=1,
+                  obs_normalization=False, adam_betas=[0.9, 0.999])  # the reference's AdamW betas
+    reference, ours = Reference(net, utils, size, cfg, device), Ours(size, cfg, device)
+    copy_weights(reference, ours)
+    data = reference_batch(sample)
     torch.manual_seed(11)
-    ref_critic, ref_actor = reference.losses(data)
-    agent = ours.agent
+    ref_critic, ref_actor = reference.critic_step(data), reference.actor_step(data)
+    reference.soft_update()
     torch.manual_seed(11)
-    next_actions = smoothed_target_actions(agent.actor, sample[keys.NEXT_OBS], cfg.policy_noise, cfg.noise_clip)
-    target = target_distribution(agent.target_critic, sample[keys.NEXT_CRITIC_OBS], next_actions, sample[keys.REWARDS],
-                                 bootstrap_mask(sample[keys.TERMINATED], sample[keys.TRUNCATED], False),
-                                 sample[keys.DISCOUNT], True)
-    our_critic, _ = critic_loss(agent.critic, sample[keys.CRITIC_OBS], sample[keys.ACTIONS], target)
-    our_actor = actor_loss(agent.actor, agent.critic, sample[keys.OBS], sample[keys.CRITIC_OBS], True)
-    result = {name: float(value.detach()) for name, value in (
-        ("critic_loss_reference", ref_critic), ("critic_loss_ours", our_critic),
-        ("actor_loss_reference", ref_actor), ("actor_loss_ours", our_actor))}
-    torch.testing.assert_close(our_critic, ref_critic, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(our_actor, ref_actor, rtol=1e-5, atol=1e-5)
-    return result
+    metrics = ours.agent.update(sample)
+    copied = Reference(net, utils, size, cfg, device)  # our weights read back into the reference's layout
+    copy_weights_back(ours, copied)
+    gap = max(
+        (a - b).abs().max().item()
+        for mine, theirs in ((copied.actor, reference.actor), (copied.critic, reference.critic),
+                             (copied.target, reference.target))
+        for a, b in zip(mine.parameters(), theirs.parameters())
+    )
+    return {"critic_loss_reference": float(ref_critic), "critic_loss_ours": float(metrics["critic_loss"]),
+            "actor_loss_reference": float(ref_actor), "actor_loss_ours": float(metrics["actor_loss"]),
+            "parameter_gap": gap}
+
+
+def copy_weights_back(ours: Ours, reference: Reference) -> None:
+    """The inverse of `copy_weights`."""
+    with torch.no_grad():
+        ref_linears = [m for m in reference.actor.modules() if isinstance(m, torch.nn.Linear)]
+        our_linears = [m for m in ours.agent.actor.modules() if isinstance(m, torch.nn.Linear)]
+        for dst, src in zip(ref_linears, our_linears):
+            dst.weight.copy_(src.weight), dst.bias.copy_(src.bias)
+        for critic, ref in ((ours.agent.critic, reference.critic), (ours.agent.target_critic, reference.target)):
+            heads = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (ref.qnet1, ref.qnet2)]
+            for depth, layer in enumerate(critic.layers):
+                for h in range(2):
+                    heads[h][depth].weight.copy_(layer.weight[h].T)
+                    heads[h][depth].bias.copy_(layer.bias[h, 0])
+
+
+def check_same_maths(net, utils, device: torch.device, batch_size: int = 512) -> dict[str, dict[str, float]]:
+    """`one_update_each` on a batch whose targets stay inside the value support (asserted
+    equal within 1e-5) and on the same batch with rewards that push targets outside it
+    (reported: the two pick the clipped-double-Q head differently there, see the README)."""
+    size = Size("check", 8, batch_size, 64, 128, compile=False)
+    filler = Ours(size, algo_config(size, precision="fp32", compile=False), device)
+    filler.fill(transitions(size.num_envs, 8, seed=1))
+    sample = filler.buffer.sample(batch_size, generator=torch.Generator().manual_seed(3))
+    inside = sample.clone()
+    inside[keys.REWARDS] = sample[keys.REWARDS].clamp(-1, 1) * 0.25  # |r| + 0.97 * 10 < 10
+    outside = sample.clone()
+    outside[keys.REWARDS] = sample[keys.REWARDS] * 5.0
+    same, clamped = one_update_each(net, utils, inside, device), one_update_each(net, utils, outside, device)
+    for side in ("critic", "actor"):
+        ours, theirs = same[f"{side}_loss_ours"], same[f"{side}_loss_reference"]
+        assert abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs)), f"{side} losses differ: {ours} vs {theirs}"
+    assert same["parameter_gap"] < 1e-5, f"parameters differ by {same['parameter_gap']} after one update"
+    return {"inside_support": same, "outside_support": clamped}
 
 
 # ------------------------------------------------------------------ timing
-def time_alternating(contenders: dict, rounds: int, steps: int) -> dict[str, float]:
+def time_alternating(contenders: dict, rounds: int, steps: int, device: torch.device) -> dict[str, float]:
     """Median seconds per call of each contender's `learn`, run alternately `rounds` times."""
-    for learner in contenders.values():  # warm-up (and compilation)
-        learner.learn(), learner.learn()
+    for learner in contenders.values():  # warm-up (compilation; CUDA graphs record on a later call)
+        for _ in range(3):
+            learner.learn()
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, learner in contenders.items():
+            synchronize(device)
             start = time.perf_counter()
             for _ in range(steps):
                 learner.learn()
+            synchronize(device)
             times[name].append((time.perf_counter() - start) / steps)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def time_sampling(reference: "Reference", ours: "Ours", rounds: int = 20) -> dict[str, float]:
-    samplers = {"reference": reference.sample,
+def time_sampling(reference: Reference, ours: Ours, device: torch.device, rounds: int = 20) -> dict[str, float]:
+    """Median seconds of drawing one batch from each replay buffer (no normalisation)."""
+    per_env = max(1, reference.size.batch_size // reference.size.num_envs)
+    samplers = {"reference": lambda: reference.buffer.sample(per_env),
                 "ours": lambda: ours.buffer.sample(ours.size.batch_size, generator=ours.generator)}
-    times = {name: [] for name in samplers}
+    times: dict[str, list[float]] = {name: [] for name in samplers}
     for _ in range(rounds):
         for name, sample in samplers.items():
+            synchronize(device)
             start = time.perf_counter()
             sample()
+            synchronize(device)
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -323,14 +375,20 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, required=True, help="a checkout of younggyoseo/FastTD3")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    device = torch.device("cpu")
+    device = torch.device(args.device)
     net, utils = load_reference(args.reference)
     maths = check_same_maths(net, utils, device)
-    print(f"Same maths (fp32, same weights, batch and noise): critic loss {maths['critic_loss_ours']:.6f} (ours) vs "
-          f"{maths['critic_loss_reference']:.6f} (reference); actor loss {maths['actor_loss_ours']:.6f} vs "
-          f"{maths['actor_loss_reference']:.6f}")
+    same, clamped = maths["inside_support"], maths["outside_support"]
+    print("One whole update each from the same weights, batch and noise (fp32):")
+    print(f"  targets inside the support: critic loss {same['critic_loss_ours']:.6f} (ours) vs "
+          f"{same['critic_loss_reference']:.6f} (reference), actor loss {same['actor_loss_ours']:.6f} vs "
+          f"{same['actor_loss_reference']:.6f}, parameters after the step within {same['parameter_gap']:.1e}")
+    print(f"  rewards x5, targets clamped: critic loss {clamped['critic_loss_ours']:.6f} vs "
+          f"{clamped['critic_loss_reference']:.6f}, parameters within {clamped['parameter_gap']:.1e} "
+          "(the heads' choice under clipped double Q differs where targets are clamped)")
     rows = []
     for key in args.sizes:
         size = SIZES[key]
@@ -349,8 +407,8 @@ def main() -> None:
             contenders["reference bf16"] = reference_bf16
         except RuntimeError as error:  # its projection mixes dtypes under CPU autocast
             print(f"{size.name}: the reference does not run under bf16 autocast here: {str(error).splitlines()[0]}")
-        learn = time_alternating(contenders, args.rounds, 1 if key == "full" else 5)
-        sampling = time_sampling(contenders["reference fp32"], contenders["ours fp32"])
+        learn = time_alternating(contenders, args.rounds, 1 if key == "full" else 5, device)
+        sampling = time_sampling(contenders["reference fp32"], contenders["ours fp32"], device)
         baseline = learn.get("reference bf16", learn["reference fp32"])
         row = {"size": size.name, "batch": size.batch_size, "envs": size.num_envs, "compiled": size.compile,
                "learn_s": learn, "sample_s": sampling,
@@ -362,7 +420,7 @@ def main() -> None:
               "2 critic updates + 1 actor update per global step (ms, median of alternating rounds):", flush=True)
         for name, seconds in learn.items():
             print(f"  {name:15s} {seconds * 1e3:9.1f} ms  ({learn['reference fp32'] / seconds:.2f}x the reference fp32)")
-        print(f"  ours vs the reference, both fp32: {row['same_precision_speedup']:.2f}x; "
+        print(f"  ours vs the reference, both fp32: {row['same_precision_speedup']:.2f}x; mixed precision, "
               f"each at its fastest that runs here: {row['best_speedup']:.2f}x")
         print(f"  replay sampling: reference {sampling['reference'] * 1e3:.2f} ms, ours {sampling['ours'] * 1e3:.2f} ms "
               f"({row['sample_speedup']:.2f}x)", flush=True)
@@ -373,4 +431,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

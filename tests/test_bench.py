@@ -43,7 +43,11 @@ def test_training_time_split_covers_the_loop():
     result = bench.bench_training("InvertedPendulum-v5", torch.device("cpu"), warmup_steps=15, steps=10)
     shares = result["time_shares"]
     assert set(shares) >= {"env step", "act", "store", "replay sampling", "update", "logging", "other"}
-    assert sum(shares.values()) == pytest.approx(1.0) and shares["update"] > 0 and shares["env step"] > 0
+    measured = sum(v for k, v in shares.items() if k != "other")
+    assert measured <= 1.0 + 1e-9, "phases overlap or are counted twice"
+    for phase in ("env step", "act", "store", "replay sampling", "update"):
+        assert shares[phase] > 0, f"{phase} was never timed"
+    assert shares["logging"] == 0  # 10 steps never reach the log interval (100)
     assert result["global_steps_per_s"] > 0 and result["steps"] == 10
 
 
@@ -53,5 +57,6 @@ def test_our_losses_equal_the_references():
     import bench_vs_reference as versus
 
     net, utils = versus.load_reference(Path(os.environ["FAST_TD3_REFERENCE"]))
-    losses = versus.check_same_maths(net, utils, torch.device("cpu"))  # asserts within 1e-5
-    assert losses["critic_loss_ours"] > 0
+    # one whole update each; asserts losses within 1e-5 and parameters within 1e-5 afterwards
+    result = versus.check_same_maths(net, utils, torch.device("cpu"))
+    assert result["inside_support"]["parameter_gap"] < 1e-5

@@ -243,21 +243,28 @@ def transitions(num_envs: int, steps: int, seed: int = 0) -> list[TensorDict]:
 
 
 # ------------------------------------------------------------------ the maths check
-def copy_weights(reference: Reference, ours: Ours) -> None:
-    """Our networks take the reference's weights (its twin heads are two modules; ours one
-    stacked module with weights stored transposed)."""
+def paired_parameters(reference: Reference, ours: Ours):
+    """(reference tensor, our tensor) for every weight and bias of actor, critic and target
+    critic: its twin heads are two modules, ours one stacked module storing weights transposed."""
     ref_linears = [m for m in reference.actor.modules() if isinstance(m, torch.nn.Linear)]
     our_linears = [m for m in ours.agent.actor.modules() if isinstance(m, torch.nn.Linear)]
     assert len(ref_linears) == len(our_linears), "actor depths differ"
-    with torch.no_grad():
-        for src, dst in zip(ref_linears, our_linears):
-            dst.weight.copy_(src.weight), dst.bias.copy_(src.bias)
-        for critic, ref in ((ours.agent.critic, reference.critic), (ours.agent.target_critic, reference.target)):
-            heads = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (ref.qnet1, ref.qnet2)]
-            for depth, layer in enumerate(critic.layers):
-                for h in range(2):
-                    layer.weight[h].copy_(heads[h][depth].weight.T)
-                    layer.bias[h, 0].copy_(heads[h][depth].bias)
+    for theirs, mine in zip(ref_linears, our_linears):
+        yield theirs.weight, mine.weight
+        yield theirs.bias, mine.bias
+    for critic, ref in ((ours.agent.critic, reference.critic), (ours.agent.target_critic, reference.target)):
+        heads = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (ref.qnet1, ref.qnet2)]
+        for depth, layer in enumerate(critic.layers):
+            for h in range(2):
+                yield heads[h][depth].weight, layer.weight[h].T
+                yield heads[h][depth].bias, layer.bias[h, 0]
+
+
+@torch.no_grad()
+def copy_weights(reference: Reference, ours: Ours) -> None:
+    """Our networks take the reference's weights."""
+    for theirs, mine in paired_parameters(reference, ours):
+        mine.copy_(theirs)
 
 
 def reference_batch(sample: TensorDict) -> TensorDict:
@@ -288,32 +295,10 @@ def one_update_each(net, utils, sample: TensorDict, device: torch.device) -> dic
     reference.soft_update()
     torch.manual_seed(11)
     metrics = ours.agent.update(sample)
-    copied = Reference(net, utils, size, cfg, device)  # our weights read back into the reference's layout
-    copy_weights_back(ours, copied)
-    gap = max(
-        (a - b).abs().max().item()
-        for mine, theirs in ((copied.actor, reference.actor), (copied.critic, reference.critic),
-                             (copied.target, reference.target))
-        for a, b in zip(mine.parameters(), theirs.parameters())
-    )
+    gap = max((theirs - mine).abs().max().item() for theirs, mine in paired_parameters(reference, ours))
     return {"critic_loss_reference": float(ref_critic), "critic_loss_ours": float(metrics["critic_loss"]),
             "actor_loss_reference": float(ref_actor), "actor_loss_ours": float(metrics["actor_loss"]),
             "parameter_gap": gap}
-
-
-def copy_weights_back(ours: Ours, reference: Reference) -> None:
-    """The inverse of `copy_weights`."""
-    with torch.no_grad():
-        ref_linears = [m for m in reference.actor.modules() if isinstance(m, torch.nn.Linear)]
-        our_linears = [m for m in ours.agent.actor.modules() if isinstance(m, torch.nn.Linear)]
-        for dst, src in zip(ref_linears, our_linears):
-            dst.weight.copy_(src.weight), dst.bias.copy_(src.bias)
-        for critic, ref in ((ours.agent.critic, reference.critic), (ours.agent.target_critic, reference.target)):
-            heads = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (ref.qnet1, ref.qnet2)]
-            for depth, layer in enumerate(critic.layers):
-                for h in range(2):
-                    heads[h][depth].weight.copy_(layer.weight[h].T)
-                    heads[h][depth].bias.copy_(layer.bias[h, 0])
 
 
 def check_same_maths(net, utils, device: torch.device, batch_size: int = 512) -> dict[str, dict[str, float]]:

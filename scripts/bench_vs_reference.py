@@ -140,10 +140,6 @@ class Reference:
                          "truncations": t[keys.TRUNCATED].long()},
             }, batch_size=[self.size.num_envs]))
 
-    def losses(self, data: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Critic and actor loss of the reference's update on a normalised batch."""
-        return self._critic_loss(data), self._actor_loss(data)
-
     def _critic_loss(self, data: TensorDict) -> torch.Tensor:
         """Its update_main: smoothed next actions from the online actor, both target heads
         projected, per sample the head with the smaller value, cross-entropy summed over heads."""

@@ -63,10 +63,20 @@ PUSH_SWITCHES = ("push_config.enable", "pert_config.enable")
 """Config keys that turn push perturbations on or off (humanoids; Go1/Leap call them 'pert')."""
 
 
-def tasks() -> list[str]:
+def playground_registry():
+    """Playground's registry, with our own Playground tasks (`envs/t1_lowdim.py`) registered in it."""
     from mujoco_playground import registry
 
-    return sorted(registry.ALL_ENVS)
+    from envs import t1_lowdim
+
+    t1_lowdim.register()
+    return registry
+
+
+def tasks() -> list[str]:
+    from mujoco_playground import locomotion
+
+    return sorted(set(playground_registry().ALL_ENVS) | set(locomotion.ALL_ENVS))
 
 
 def robot_folder(task: str) -> str | None:
@@ -120,7 +130,7 @@ def playground_overrides(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Flat Playground config overrides for our settings; unknown reward terms raise with the list."""
-    from mujoco_playground import registry
+    registry = playground_registry()
 
     defaults = registry.get_default_config(task)
     overrides: dict[str, Any] = {"impl": impl}
@@ -151,7 +161,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def task_config(task: str, overrides: dict[str, Any]):
     """The task's Playground config with our overrides applied (what the env is built from)."""
-    from mujoco_playground import registry
+    registry = playground_registry()
 
     config = registry.get_default_config(task).lock()  # locked, like Playground's: unknown keys raise
     try:
@@ -226,16 +236,15 @@ def _batched(env, fn: Callable, randomized: bool) -> Callable:
 def _load(task: str, frozen_overrides: tuple, device: jax.Device):
     """The Playground env for a task and its config overrides, its model on `device`
     (loaded once per process)."""
-    from mujoco_playground import registry
+    registry = playground_registry()
 
     with jax.default_device(device):
         return registry.load(task, config_overrides=dict(frozen_overrides))
 
 
-def domain_randomizer(task: str):
-    from mujoco_playground import registry
-
-    randomizer = registry.get_domain_randomizer(task)
+def domain_randomizer(task: str, env):
+    """Playground's randomiser for the task, or the env's own `domain_randomize` (our tasks)."""
+    randomizer = getattr(env, "domain_randomize", None) or playground_registry().get_domain_randomizer(task)
     if randomizer is None:
         raise EnvOptionError(f"{task} has no domain randomiser in Playground (domain_randomization must be false)")
     return randomizer
@@ -247,7 +256,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
     env = _load(task, frozen_overrides, device)
     axes = None
     if randomized:  # which model fields vary per env; the same for any keys
-        axes = domain_randomizer(task)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
+        axes = domain_randomizer(task, env)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
     reset_one = _batched(env, env.reset, randomized)
     step_one = _batched(env, _repeated(env.step, action_repeat), randomized)
 
@@ -384,7 +393,7 @@ class PlaygroundVecEnv:
         if domain_randomization:
             with jax.default_device(self._jax_device):
                 dr_keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD0), self.num_envs)
-                self._models = domain_randomizer(task)(env.mjx_model, dr_keys)[0]
+                self._models = domain_randomizer(task, env)(env.mjx_model, dr_keys)[0]
         # Playground counts episode_length in physics-control steps; with action_repeat each
         # of our steps is that many of them.
         self.action_repeat = int(config.get("action_repeat", 1) or 1)

@@ -1,0 +1,454 @@
+"""`T1LowDimJoystick{Flat,Rough}Terrain`: Booster T1 walking, built to be deployed.
+
+A Playground (MJX) env of our own on the T1 model that ships with Playground. The
+policy drives the 12 leg joints only; head, arms and waist are held at their default
+pose by the same PD loop. It sees exactly what Booster's deploy code feeds the robot's
+policy (`sim2real.t1.actor_observation`, 47 numbers) and its actions become PD targets
+exactly as they do there (`sim2real.t1.targets_from_actions`, 50 Hz policy over 500 Hz
+PD with the deploy code's target filter). Gains, damping, torque limits, default angles
+and action scale are config values (`control.*`) from which the model's actuators are
+built, so they travel into the export bundle and the sim-to-sim gate unchanged.
+
+Rewards are named scaled terms (`reward_config.scales.*`, `env.reward_scales.<term>=x`);
+commands, gait frequencies, standing probability, observation noise, pushes and domain
+randomisation (floor friction, link masses, joint offsets, gains) are config switches
+(`env.options.config_overrides`). The critic sees privileged state (body velocity,
+contacts, feet, height, torques, the raw command).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from ml_collections import config_dict
+from mujoco import mjx
+from mujoco_playground import MjxEnv, State
+
+from sim2real import t1
+
+TERRAINS = {"T1LowDimJoystickFlatTerrain": "flat", "T1LowDimJoystickRoughTerrain": "rough"}
+PLAYGROUND_SCENES = {"flat": "T1JoystickFlatTerrain", "rough": "T1JoystickRoughTerrain"}
+"""Playground's T1 task whose scene (robot, floor, sensors) each terrain reuses."""
+FEET_SITES = ("left_foot", "right_foot")
+FOOT_CONTACT_SENSORS = tuple(tuple(f"{side}_foot_{i}_floor_found" for i in range(1, 5)) for side in ("left", "right"))
+IMU_SITE = "imu"
+
+
+def default_config() -> config_dict.ConfigDict:
+    control = t1.T1Control()
+    commands = t1.CommandSpec()
+    return config_dict.create(
+        ctrl_dt=control.ctrl_dt,  # derived from control.* (kept for Playground's base class)
+        sim_dt=control.sim_dt,
+        episode_length=1000,
+        action_repeat=1,
+        impl="jax",
+        naconmax=8 * 8192,
+        njmax=80,
+        control=config_dict.create(**control.to_dict()),
+        commands=config_dict.create(**{k: list(v) if isinstance(v, tuple) else v
+                                       for k, v in commands.__dict__.items()}),
+        noise_config=config_dict.create(
+            level=1.0,  # 0.0: noiseless observations
+            scales=config_dict.create(gravity=0.05, gyro=0.2, joint_pos=0.03, joint_vel=1.5),
+        ),
+        reward_config=config_dict.create(
+            scales=config_dict.create(
+                tracking_lin_vel=1.0,   # exp(-|cmd_xy - v_xy|² / σ)
+                tracking_ang_vel=0.5,   # exp(-(cmd_wz - ω_z)² / σ)
+                survival=0.25,          # 1 per step alive
+                base_height=-10.0,      # (h - target)²
+                orientation=-2.0,       # |gravity_xy|² in the body frame
+                lin_vel_z=-0.5,         # v_z²
+                ang_vel_xy=-0.05,       # |ω_xy|²
+                torques=-2e-5,          # Σ τ² (legs)
+                action_rate=-0.1,       # Σ (a_t - a_t-1)²
+                energy=-1e-4,           # Σ |τ q̇| (legs)
+                feet_slip=-0.1,         # Σ contact · |v_foot,xy|²
+                feet_swing=1.0,         # feet whose contact matches the gait phase (swing in the air, stance down)
+                feet_distance=-1.0,     # clip(min_distance - lateral foot distance, 0, 0.1)
+                joint_limits=-1.0,      # Σ distance beyond the soft joint limits
+                collision=-1.0,         # feet touching each other
+                stand_still=-0.5,       # Σ |q_legs - default| while commanded to stand
+                termination=-1.0,       # 1 on a fall
+            ),
+            tracking_sigma=0.25,
+            base_height_target=0.65,
+            min_feet_distance=0.18,
+            soft_joint_limit_factor=0.95,
+        ),
+        termination=config_dict.create(min_base_height=0.35, max_tilt_cos=0.5),
+        push_config=config_dict.create(enable=True, interval_range=[5.0, 10.0], magnitude_range=[0.1, 1.0]),
+        randomization=config_dict.create(
+            # used when the adapter's `domain_randomization` is on; each kind has its switch
+            floor_friction=True, floor_friction_range=[0.4, 1.0],
+            link_masses=True, link_mass_scale=[0.9, 1.1],
+            joint_offsets=True, joint_offset_range=[-0.02, 0.02],
+            gains=True, gain_scale=[0.9, 1.1],
+        ),
+    )
+
+
+def control_from(config) -> t1.T1Control:
+    control = t1.T1Control.from_dict(config.control.to_dict())
+    control.check()
+    return control
+
+
+def commands_from(config) -> t1.CommandSpec:
+    fields = t1.CommandSpec.__dataclass_fields__
+    commands = t1.CommandSpec(**{k: tuple(v) if isinstance(v, (list, tuple)) else v
+                                 for k, v in config.commands.to_dict().items() if k in fields})
+    commands.check()
+    return commands
+
+
+def deploy_spec(config_overrides: dict[str, Any] | None = None) -> t1.DeploySpec:
+    """The deployment contract of a training run with these (flat) Playground config overrides."""
+    config = default_config().lock()
+    if config_overrides:
+        config.update_from_flattened_dict(_flat(config_overrides))
+    return t1.DeploySpec(control_from(config), commands_from(config))
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return flat
+
+
+def _scene(terrain: str) -> tuple[str, dict[str, bytes]]:
+    """The MJCF text and assets of Playground's T1 scene for a terrain (public env API)."""
+    from mujoco_playground import registry
+
+    from envs.playground import use_menagerie
+
+    task = PLAYGROUND_SCENES[terrain]
+    use_menagerie(task)
+    scene = registry.load(task, config_overrides={"impl": "jax"})
+    return Path(scene.xml_path).read_text(), scene.model_assets
+
+
+def build_mj_model(terrain: str, control: t1.T1Control) -> mujoco.MjModel:
+    """The T1 model with `control`'s PD loop: one position actuator per joint (SDK order) with
+    gain `stiffness`, velocity gain `damping` and force limit `torque_limit`; no passive
+    joint damping on top (the deploy PD loop holds all of it). Native MuJoCo and MJX both
+    run this model."""
+    xml, assets = _scene(terrain)
+    model = mujoco.MjModel.from_xml_string(xml, assets=assets)
+    names = [model.actuator(i).name for i in range(model.nu)]
+    if names != list(t1.SDK_JOINT_NAMES):
+        raise RuntimeError(f"Playground's T1 actuators are not in SDK order: {names}")
+    model.opt.timestep = control.sim_dt
+    for i, name in enumerate(t1.SDK_JOINT_NAMES):
+        joint = model.joint(name)
+        model.actuator_gainprm[i, 0] = control.stiffness[i]
+        model.actuator_biasprm[i, :3] = (0.0, -control.stiffness[i], -control.damping[i])
+        model.dof_damping[joint.dofadr[0]] = 0.0
+        model.jnt_actfrclimited[joint.id] = 1
+        model.jnt_actfrcrange[joint.id] = (-control.torque_limit[i], control.torque_limit[i])
+    return model
+
+
+def initial_qpos(model: mujoco.MjModel, control: t1.T1Control) -> np.ndarray:
+    qpos = np.array(model.keyframe("home").qpos)
+    qpos[7:] = control.default_pose
+    return qpos
+
+
+class T1LowDimJoystick(MjxEnv):
+    """Playground env (reset/step on `State`, jit- and vmap-able)."""
+
+    def __init__(self, terrain: str = "flat", config: config_dict.ConfigDict | None = None,
+                 config_overrides: dict[str, Any] | None = None) -> None:
+        super().__init__(config or default_config(), config_overrides)
+        self.control = control_from(self._config)
+        self.commands = commands_from(self._config)
+        self._sim_dt, self._ctrl_dt = self.control.sim_dt, self.control.ctrl_dt
+        self.terrain = terrain
+        self._mj_model = build_mj_model(terrain, self.control)
+        self._mjx_model = mjx.put_model(self._mj_model, impl=self._config.impl)
+        self._xml_path = PLAYGROUND_SCENES[terrain]
+        model = self._mj_model
+        self._init_qpos = jnp.asarray(initial_qpos(model, self.control))
+        self._default_pose = jnp.asarray(self.control.default_pose, dtype=jnp.float32)
+        self._imu_site = model.site(IMU_SITE).id
+        self._feet_sites = np.array([model.site(name).id for name in FEET_SITES])
+        self._foot_contact_adr = np.array([[model.sensor_adr[model.sensor(n).id] for n in side]
+                                           for side in FOOT_CONTACT_SENSORS])
+        self._feet_touch_adr = model.sensor_adr[model.sensor("left_foot_right_foot_found").id]
+        self._gyro_adr = _sensor_slice(model, "gyro")
+        self._local_linvel_adr = _sensor_slice(model, "local_linvel")
+        self._foot_linvel_adr = np.stack([_sensor_slice(model, f"{site}_global_linvel") for site in FEET_SITES])
+        self._floor_geom = model.geom("floor").id
+        lower, upper = model.jnt_range[1:].T
+        mid, half = (lower + upper) / 2, (upper - lower) / 2 * self._config.reward_config.soft_joint_limit_factor
+        self._soft_lower, self._soft_upper = jnp.asarray(mid - half), jnp.asarray(mid + half)
+        self._legs = np.array(t1.LEG_SDK_INDICES)
+
+    # -- MjxEnv API
+    @property
+    def xml_path(self) -> str:
+        return self._xml_path
+
+    @property
+    def action_size(self) -> int:
+        return t1.NUM_LEG_JOINTS
+
+    @property
+    def mj_model(self) -> mujoco.MjModel:
+        return self._mj_model
+
+    @property
+    def mjx_model(self) -> mjx.Model:
+        return self._mjx_model
+
+    # -- commands
+    def sample_command(self, rng: jax.Array) -> jax.Array:
+        c = self.commands
+        keys = jax.random.split(rng, 4)
+        command = jnp.stack([
+            jax.random.uniform(keys[0], minval=c.lin_vel_x[0], maxval=c.lin_vel_x[1]),
+            jax.random.uniform(keys[1], minval=c.lin_vel_y[0], maxval=c.lin_vel_y[1]),
+            jax.random.uniform(keys[2], minval=c.ang_vel_yaw[0], maxval=c.ang_vel_yaw[1]),
+        ])
+        return jnp.where(jax.random.bernoulli(keys[3], c.standing_probability), jnp.zeros(3), command)
+
+    # -- reset / step
+    def reset(self, rng: jax.Array) -> State:
+        rng, pos_key, yaw_key, joint_key, vel_key, cmd_key, freq_key, phase_key, push_key = jax.random.split(rng, 9)
+        qpos = self._init_qpos
+        qpos = qpos.at[0:2].add(jax.random.uniform(pos_key, (2,), minval=-0.5, maxval=0.5))
+        yaw = jax.random.uniform(yaw_key, minval=-jnp.pi, maxval=jnp.pi)
+        qpos = qpos.at[3:7].set(jnp.array([jnp.cos(yaw / 2), 0.0, 0.0, jnp.sin(yaw / 2)]))
+        qpos = qpos.at[7:].add(jax.random.uniform(joint_key, (t1.NUM_JOINTS,), minval=-0.05, maxval=0.05))
+        qvel = jnp.zeros(self._mjx_model.nv).at[0:6].set(
+            jax.random.uniform(vel_key, (6,), minval=-0.3, maxval=0.3))
+        data = mjx.make_data(self._mj_model, impl=self._mjx_model.impl.value, naconmax=self._config.naconmax,
+                             njmax=self._config.njmax)
+        data = data.replace(qpos=qpos, qvel=qvel, ctrl=self._default_pose)
+        data = mjx.forward(self._mjx_model, data)
+        push_interval = jax.random.uniform(push_key, minval=self._config.push_config.interval_range[0],
+                                           maxval=self._config.push_config.interval_range[1])
+        info = {
+            "rng": rng,
+            "step": jnp.zeros((), jnp.int32),
+            "target_command": self.sample_command(cmd_key),
+            "command": jnp.zeros(3),
+            "gait_frequency": jax.random.uniform(freq_key, (1,), minval=self.commands.gait_frequency[0],
+                                                 maxval=self.commands.gait_frequency[1]),
+            "gait_process": jax.random.uniform(phase_key, (1,)),
+            "last_action": jnp.zeros(t1.NUM_LEG_JOINTS),
+            "feet_air_time": jnp.zeros(2),
+            "push_steps": jnp.round(push_interval / self.dt).astype(jnp.int32),
+        }
+        info["command"] = t1.smooth_command(jnp, info["command"], info["target_command"], self.dt)
+        info["gait_process"] = info["gait_process"] * (1.0 - t1.standing(jnp, info["command"]))
+        metrics = {f"reward/{term}": jnp.zeros(()) for term in self._config.reward_config.scales.keys()}
+        obs = self._observe(data, info, self._contacts(data))
+        return State(data, obs, jnp.zeros(()), jnp.zeros(()), metrics, info)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        info = dict(state.info)
+        info["rng"], push_key, cmd_key = jax.random.split(info["rng"], 3)
+        data = self._push(state.data, info, push_key)
+        targets = t1.targets_from_actions(jnp, action, self.control, self._default_pose)
+        data = self._physics(data, targets)
+
+        contacts = self._contacts(data)
+        info["feet_air_time"] = info["feet_air_time"] + self.dt
+        done = self._fallen(data)
+        terms = self._reward_terms(data, action, info, contacts, done)
+        scales = self._config.reward_config.scales
+        rewards = {term: value * scales[term] for term, value in terms.items()}
+        reward = jnp.clip(sum(rewards.values()) * self.dt, 0.0, None)
+
+        # the next observation's command and gait phase, in the deploy code's order
+        info["step"] = info["step"] + 1
+        resample = info["step"] % int(round(self.commands.resample_seconds / self.dt)) == 0
+        info["target_command"] = jnp.where(resample, self.sample_command(cmd_key), info["target_command"])
+        info["command"] = t1.smooth_command(jnp, info["command"], info["target_command"], self.dt)
+        info["gait_process"] = t1.advance_gait_process(jnp, info["gait_process"], info["gait_frequency"],
+                                                       info["command"], self.dt)
+        info["last_action"] = action
+        info["feet_air_time"] = info["feet_air_time"] * ~contacts
+        obs = self._observe(data, info, contacts)
+        metrics = {f"reward/{term}": value for term, value in rewards.items()}
+        return state.replace(data=data, obs=obs, reward=reward, done=done.astype(jnp.float32), metrics=metrics,
+                             info=info)
+
+    def _physics(self, data: mjx.Data, targets: jax.Array) -> mjx.Data:
+        """`decimation` physics steps; the PD targets pass the deploy code's filter at each."""
+        alpha = self.control.target_filter
+
+        def substep(data, _):
+            data = data.replace(ctrl=data.ctrl + alpha * (targets - data.ctrl))
+            return mjx.step(self._mjx_model, data), None
+
+        return jax.lax.scan(substep, data, None, length=self.n_substeps)[0]
+
+    def _push(self, data: mjx.Data, info: dict, key: jax.Array) -> mjx.Data:
+        push = self._config.push_config
+        angle_key, size_key = jax.random.split(key)
+        angle = jax.random.uniform(angle_key, maxval=2 * jnp.pi)
+        size = jax.random.uniform(size_key, minval=push.magnitude_range[0], maxval=push.magnitude_range[1])
+        now = (info["step"] + 1) % info["push_steps"] == 0
+        kick = jnp.array([jnp.cos(angle), jnp.sin(angle)]) * size * now * push.enable
+        return data.replace(qvel=data.qvel.at[:2].add(kick))
+
+    # -- sensing
+    def _contacts(self, data: mjx.Data) -> jax.Array:
+        return (data.sensordata[self._foot_contact_adr] > 0).any(axis=-1)
+
+    def imu(self, data) -> tuple[jax.Array, jax.Array]:
+        """(projected gravity, gyro) from the state the joint angles are read from (`sim2real.t1`)."""
+        return t1.imu_from_floating_base(jnp, data.qpos[3:7], data.qvel[3:6])
+
+    def projected_gravity(self, data) -> jax.Array:
+        return self.imu(data)[0]
+
+    def _fallen(self, data: mjx.Data) -> jax.Array:
+        term = self._config.termination
+        tilted = -self.projected_gravity(data)[2] < term.max_tilt_cos
+        low = data.qpos[2] < term.min_base_height
+        return tilted | low | jnp.isnan(data.qpos).any() | jnp.isnan(data.qvel).any()
+
+    def _noisy(self, key: jax.Array, value: jax.Array, scale: float) -> jax.Array:
+        level = self._config.noise_config.level
+        return value + (2 * jax.random.uniform(key, value.shape) - 1) * level * scale
+
+    def _observe(self, data: mjx.Data, info: dict, contacts: jax.Array) -> dict[str, jax.Array]:
+        gravity, gyro = self.imu(data)
+        joint_pos, joint_vel = data.qpos[7:], data.qvel[6:]
+        info["rng"], *keys = jax.random.split(info["rng"], 5)
+        noise = self._config.noise_config.scales
+        common = dict(command=info["command"], gait_process=info["gait_process"], last_action=info["last_action"],
+                      default_pose=self._default_pose)
+        actor = t1.actor_observation(
+            jnp, projected_gravity=self._noisy(keys[0], gravity, noise.gravity),
+            gyro=self._noisy(keys[1], gyro, noise.gyro), joint_pos=self._noisy(keys[2], joint_pos, noise.joint_pos),
+            joint_vel=self._noisy(keys[3], joint_vel, noise.joint_vel), **common)
+        clean = t1.actor_observation(jnp, projected_gravity=gravity, gyro=gyro, joint_pos=joint_pos,
+                                     joint_vel=joint_vel, **common)
+        feet = data.site_xpos[self._feet_sites]
+        privileged = jnp.concatenate([
+            clean,
+            data.sensordata[self._local_linvel_adr],  # 3
+            data.qpos[2:3],  # base height
+            contacts.astype(jnp.float32),  # 2
+            info["feet_air_time"],  # 2
+            feet[:, 2],  # feet heights 2
+            data.sensordata[self._foot_linvel_adr].ravel(),  # 6
+            data.actuator_force[self._legs] / jnp.asarray(self.control.leg(self.control.torque_limit)),  # 12
+            info["target_command"],  # 3
+            info["gait_frequency"],  # 1
+        ])
+        return {"state": actor, "privileged_state": privileged}
+
+    # -- rewards
+    def _reward_terms(self, data, action, info, contacts, done) -> dict[str, jax.Array]:
+        cfg = self._config.reward_config
+        command = info["command"]
+        local_vel = data.sensordata[self._local_linvel_adr]
+        gyro = data.sensordata[self._gyro_adr]
+        gravity = self.projected_gravity(data)
+        torques = data.actuator_force[self._legs]
+        leg_vel = data.qvel[6:][self._legs]
+        leg_pos = data.qpos[7:][self._legs]
+        feet = data.site_xpos[self._feet_sites]
+        feet_vel = data.sensordata[self._foot_linvel_adr]
+        walking = 1.0 - t1.standing(jnp, command)[0]
+        # stance while sin(2πφ) >= 0 for the left foot, < 0 for the right; both down while standing
+        left_stance = jnp.sin(2 * jnp.pi * info["gait_process"][0]) >= 0
+        stance = jnp.where(walking > 0, jnp.stack([left_stance, ~left_stance]), jnp.array([True, True]))
+        yaw_xmat = data.site_xmat[self._imu_site]
+        yaw = jnp.arctan2(yaw_xmat[1, 0], yaw_xmat[0, 0])
+        lateral = jnp.abs(jnp.cos(yaw) * (feet[0, 1] - feet[1, 1]) - jnp.sin(yaw) * (feet[0, 0] - feet[1, 0]))
+        beyond = jnp.clip(self._soft_lower - data.qpos[7:], 0.0, None) + jnp.clip(data.qpos[7:] - self._soft_upper,
+                                                                                   0.0, None)
+        return {
+            "tracking_lin_vel": jnp.exp(-jnp.sum(jnp.square(command[:2] - local_vel[:2])) / cfg.tracking_sigma),
+            "tracking_ang_vel": jnp.exp(-jnp.square(command[2] - gyro[2]) / cfg.tracking_sigma),
+            "survival": jnp.ones(()),
+            "base_height": jnp.square(data.qpos[2] - cfg.base_height_target),
+            "orientation": jnp.sum(jnp.square(gravity[:2])),
+            "lin_vel_z": jnp.square(local_vel[2]),
+            "ang_vel_xy": jnp.sum(jnp.square(gyro[:2])),
+            "torques": jnp.sum(jnp.square(torques)),
+            "action_rate": jnp.sum(jnp.square(action - info["last_action"])),
+            "energy": jnp.sum(jnp.abs(torques * leg_vel)),
+            "feet_slip": jnp.sum(contacts * jnp.sum(jnp.square(feet_vel[:, :2]), axis=-1)),
+            "feet_swing": jnp.mean((contacts == stance).astype(jnp.float32)),
+            "feet_distance": jnp.clip(cfg.min_feet_distance - lateral, 0.0, 0.1),
+            "joint_limits": jnp.sum(beyond),
+            "collision": (data.sensordata[self._feet_touch_adr] > 0).astype(jnp.float32),
+            "stand_still": jnp.sum(jnp.abs(leg_pos - self._default_pose[self._legs])) * (1.0 - walking),
+            "termination": done.astype(jnp.float32),
+        }
+
+    # -- domain randomisation (per-env models, used when the adapter's domain_randomization is on)
+    def domain_randomize(self, model: mjx.Model, rng: jax.Array):
+        """(models batched over `rng`, their vmap axes): the switched-on kinds of `randomization.*`."""
+        cfg = self._config.randomization
+        legs = jnp.asarray(self._legs)
+        kp = jnp.asarray(self.control.stiffness)
+        kd = jnp.asarray(self.control.damping)
+
+        def one(key):
+            keys = jax.random.split(key, 4)
+            fields = {}
+            if cfg.floor_friction:
+                friction = jax.random.uniform(keys[0], minval=cfg.floor_friction_range[0],
+                                              maxval=cfg.floor_friction_range[1])
+                fields["geom_friction"] = model.geom_friction.at[self._floor_geom, 0].set(friction)
+            if cfg.link_masses:
+                scale = jax.random.uniform(keys[1], (model.nbody,), minval=cfg.link_mass_scale[0],
+                                           maxval=cfg.link_mass_scale[1])
+                fields["body_mass"] = model.body_mass * scale
+            gain, bias = model.actuator_gainprm, model.actuator_biasprm
+            if cfg.gains:
+                scale = jax.random.uniform(keys[2], (2, t1.NUM_JOINTS), minval=cfg.gain_scale[0],
+                                           maxval=cfg.gain_scale[1])
+                gain = gain.at[:, 0].set(kp * scale[0])
+                bias = bias.at[:, 1].set(-kp * scale[0]).at[:, 2].set(-kd * scale[1])
+            if cfg.joint_offsets:  # an encoder offset δ: the PD loop acts as if q were q - δ
+                offset = jax.random.uniform(keys[3], (t1.NUM_LEG_JOINTS,), minval=cfg.joint_offset_range[0],
+                                            maxval=cfg.joint_offset_range[1])
+                bias = bias.at[legs, 0].set(-bias[legs, 1] * offset)
+            if cfg.gains or cfg.joint_offsets:
+                fields["actuator_gainprm"], fields["actuator_biasprm"] = gain, bias
+            return fields
+
+        fields = jax.vmap(one)(rng)
+        axes = jax.tree_util.tree_map(lambda _: None, model).tree_replace({name: 0 for name in fields})
+        return model.tree_replace(fields), axes
+
+
+def _sensor_slice(model: mujoco.MjModel, name: str) -> np.ndarray:
+    sensor = model.sensor(name)
+    return np.arange(model.sensor_adr[sensor.id], model.sensor_adr[sensor.id] + model.sensor_dim[sensor.id])
+
+
+def _factory(terrain: str):
+    def make(config=None, config_overrides=None):
+        return T1LowDimJoystick(terrain, config, config_overrides)
+
+    return make
+
+
+def register() -> None:
+    """Make the tasks loadable by name through Playground's registry (idempotent)."""
+    from mujoco_playground import locomotion
+
+    for task, terrain in TERRAINS.items():
+        if task not in locomotion.ALL_ENVS:
+            locomotion.register_environment(task, _factory(terrain), default_config)

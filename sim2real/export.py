@@ -1,0 +1,363 @@
+"""`fast-td3-export`: a checkpoint's policy as a self-contained deployment bundle.
+
+    fast-td3-export checkpoint=runs/T1JoystickFlatTerrain/<run> out=bundles/t1
+    fast-td3-export checkpoint=runs/.../checkpoints/step_000100000.pt out=bundles/t1 force=true
+
+The bundle folder holds:
+  policy.pt    TorchScript `DeployPolicy`: float32 `[B, num_obs] -> [B, num_actions]`, the
+               observation normaliser baked in, deterministic actor, actions clamped to [-1, 1];
+               `meta.json` embedded as an extra file. Loads with `torch.jit.load` alone.
+  policy.onnx  the same function (input `obs`, output `actions`, dynamic batch axis, opset 17,
+               one file); `meta.json` embedded in `metadata_props` under `fast_td3_meta`.
+  meta.json    task, source checkpoint and step, sizes, normaliser statistics, ranges, and a
+               `deploy` section from `sim2real.t1.bundle_extras` for T1 tasks.
+  T1.yaml      T1 tasks only: the deploy configuration (`sim2real.t1.bundle_extras`).
+
+The bundle is written into a temporary sibling folder and renamed into place, so a killed
+export never leaves half a bundle. The last line printed is one JSON object with its path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+BUNDLE_FORMAT = "fast-td3-policy-bundle/1"
+ONNX_META_KEY = "fast_td3_meta"
+ONNX_OPSET = 17
+POLICY_PT, POLICY_ONNX, META_JSON, T1_YAML = "policy.pt", "policy.onnx", "meta.json", "T1.yaml"
+NORMALIZATION_FORMULA = "(obs - mean) / (std + eps)"
+
+
+class DeployPolicy(nn.Module):
+    """Raw observations to actions, as `FastTD3.act` computes them (in float32).
+
+    The normaliser's statistics are constant buffers: `(obs - mean) / (std + eps)`, the same
+    arithmetic as `EmpiricalNormalization.forward` (no clipping: the trainer clips nothing).
+    A run without observation normalisation exports mean 0, std 1, eps 0. The actor is a copy
+    of the checkpoint's deterministic actor; its tanh already bounds the actions, the final
+    clamp states the contract for consumers.
+    """
+
+    def __init__(self, actor: nn.Module, mean: torch.Tensor, std: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.actor = copy.deepcopy(actor).float().eval().requires_grad_(False)
+        self.register_buffer("obs_mean", mean.detach().clone().float())
+        self.register_buffer("obs_std", std.detach().clone().float())
+        self.eps = float(eps)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = obs.to(self.obs_mean.dtype)
+        normalized = (obs - self.obs_mean) / (self.obs_std + self.eps)
+        return self.actor(normalized).clamp(-1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- building
+def _check_sizes(checkpoint: dict, task: str) -> int:
+    """The checkpoint's observation size, after checking its actor, normaliser and env agree."""
+    modules = checkpoint["agent"]["modules"]
+    first_actor_weight = next(
+        (v for k, v in modules.items() if k.startswith("actor.") and k.endswith("weight") and v.dim() == 2), None
+    )
+    if first_actor_weight is None:
+        raise ValueError(f"{task}: the checkpoint holds no actor weights")
+    actor_obs = int(first_actor_weight.shape[1])
+    env_obs = int(checkpoint["env"]["num_obs"])
+    if "obs_normalizer.mean" in modules:
+        normalizer_obs = int(modules["obs_normalizer.mean"].numel())
+        if normalizer_obs != actor_obs:
+            raise ValueError(
+                f"{task}: observation size mismatch: the checkpoint's actor takes {actor_obs} observations "
+                f"but its observation normaliser holds statistics for {normalizer_obs}"
+            )
+    if env_obs != actor_obs:
+        raise ValueError(
+            f"{task}: observation size mismatch: the checkpoint's actor takes {actor_obs} observations "
+            f"but it was trained on envs with {env_obs}"
+        )
+    return actor_obs
+
+
+def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(mean, std, eps) that reproduce `agent.obs_normalizer` on the CPU in float32."""
+    from fast_td3.normalization import EmpiricalNormalization
+
+    normalizer = agent.obs_normalizer
+    if isinstance(normalizer, EmpiricalNormalization):
+        return normalizer.mean.detach().float().cpu(), normalizer.std.detach().float().cpu(), float(normalizer.eps)
+    if isinstance(normalizer, nn.Identity):
+        return torch.zeros(agent.num_obs), torch.ones(agent.num_obs), 0.0
+    raise ValueError(f"cannot export an observation normaliser of type {type(normalizer).__name__}")
+
+
+def _t1_extras(cfg) -> dict | None:
+    from sim2real.t1 import bundle_extras
+
+    return bundle_extras(cfg)
+
+
+def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_actions: int,
+                mean: torch.Tensor, std: torch.Tensor, eps: float, extras: dict | None) -> dict:
+    from fast_td3 import __version__
+
+    meta = {
+        "format": BUNDLE_FORMAT,
+        "task": cfg.env.task,
+        "suite": cfg.env.suite,
+        "checkpoint": str(Path(checkpoint_path).resolve()),
+        "checkpoint_step": int(checkpoint["global_step"]),
+        "num_obs": num_obs,
+        "num_actions": num_actions,
+        "normalizer": {
+            "mean": mean.tolist(),
+            "std": std.tolist(),
+            "eps": eps,
+            "formula": NORMALIZATION_FORMULA,
+            "clip": None,
+            "baked_into_policy": True,
+        },
+        "observation": {
+            "dtype": "float32",
+            "shape": [None, num_obs],
+            "low": None,  # unbounded: raw observations, normalised inside the policy
+            "high": None,
+        },
+        "action": {
+            "dtype": "float32",
+            "shape": [None, num_actions],
+            "low": -1.0,
+            "high": 1.0,
+            "note": "normalised actions; the env adapter rescales them to the simulator's bounds",
+        },
+        "policy": {
+            "input": "obs",
+            "output": "actions",
+            "actor_hidden_dims": list(cfg.algo.actor_hidden_dims),
+            "trained_precision": cfg.algo.precision,
+            "exported_precision": "fp32",
+        },
+        "exporter": {"fast_td3": __version__, "torch": torch.__version__},
+    }
+    if extras is not None:
+        meta["deploy"] = extras["meta"]
+    return meta
+
+
+def _onnx_bytes(policy: DeployPolicy, num_obs: int, meta_json: str) -> bytes:
+    import io
+
+    import onnx
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript-based exporter
+        torch.onnx.export(
+            policy, (torch.zeros(1, num_obs),), buffer,
+            input_names=["obs"], output_names=["actions"],
+            dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
+            opset_version=ONNX_OPSET, dynamo=False,  # dynamo=True needs onnxscript
+        )
+    model = onnx.load_from_string(buffer.getvalue())
+    entry = model.metadata_props.add()
+    entry.key, entry.value = ONNX_META_KEY, meta_json
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _torchscript_bytes(policy: DeployPolicy, meta_json: str) -> bytes:
+    import io
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still the deploy format
+        scripted = torch.jit.script(policy)
+        buffer = io.BytesIO()
+        torch.jit.save(scripted, buffer, _extra_files={META_JSON: meta_json})
+    return buffer.getvalue()
+
+
+def _self_check(policy: DeployPolicy, agent, device: torch.device, onnx_bytes: bytes, pt_bytes: bytes) -> None:
+    """The saved TorchScript and ONNX files and the eager agent agree on random observations."""
+    import io
+
+    import onnxruntime
+
+    obs = torch.randn(16, agent.num_obs, generator=torch.Generator().manual_seed(0)) * 3.0
+    with torch.no_grad():
+        eager = agent.actor(agent.obs_normalizer(obs.to(device))).float().cpu()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scripted = torch.jit.load(io.BytesIO(pt_bytes), map_location="cpu")(obs)
+    session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    onnx_actions = torch.from_numpy(session.run(["actions"], {"obs": obs.numpy()})[0])
+    tolerance = 1e-5 if device.type == "cpu" else 1e-3  # other devices: other matmul kernels
+    for name, actions in (("TorchScript", scripted), ("ONNX", onnx_actions)):
+        error = (actions - eager).abs().max().item()
+        if not error <= tolerance:
+            raise RuntimeError(f"exported {name} policy differs from the checkpoint's actor by {error:.3g}")
+
+
+# --------------------------------------------------------------------------- writing
+def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
+    """Write `files` into a temporary sibling of `out`, then rename it into place."""
+    from fast_td3.checkpoint import _fsync_dir, atomic_write_bytes
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    old = out.with_name(f".{out.name}.old{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    set_aside = False  # the previous bundle, moved to `old` until the new one is in place
+    try:
+        tmp.mkdir()
+        for name, data in files.items():
+            atomic_write_bytes(tmp / name, lambda f, data=data: f.write(data))
+        if out.is_dir() and any(out.iterdir()):
+            if not force:  # checked before anything was built; someone wrote there since
+                raise FileExistsError(f"{out} exists and is not empty (force=true replaces it)")
+            out.rename(old)
+            set_aside = True
+        try:
+            os.replace(tmp, out)  # an empty `out` folder is replaced, a missing one created
+        except BaseException:
+            if set_aside and not out.exists():
+                old.rename(out)
+                set_aside = False
+            raise
+        _fsync_dir(out.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if set_aside:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} exists and is not empty (force=true replaces it)")
+
+
+def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False) -> Path:
+    """Export a run folder's latest checkpoint (or a checkpoint file) into the bundle `out`.
+
+    Returns the bundle folder. Raises `ValueError` when the checkpoint's observation sizes
+    disagree (actor, normaliser, envs, and for T1 the deploy observation layout),
+    `FileExistsError` when `out` is a non-empty folder and `force` is false.
+    """
+    import yaml
+
+    from fast_td3.device import resolve_device
+    from fast_td3.evaluate_checkpoint import load_checkpoint, load_policy
+
+    out = Path(out).expanduser().absolute()
+    _check_out(out, force)
+    checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint)
+    task = cfg.env.task
+    num_obs = _check_sizes(checkpoint, task)
+    num_actions = int(checkpoint["env"]["num_actions"])
+    extras = _t1_extras(cfg)
+    if extras is not None:
+        deploy_obs = extras["meta"].get("observation", {}).get("size")
+        if deploy_obs is not None and int(deploy_obs) != num_obs:
+            raise ValueError(
+                f"{task}: observation size mismatch: the deploy observation layout has {deploy_obs} "
+                f"entries but the checkpoint's actor takes {num_obs}"
+            )
+        deploy_actions = extras["meta"].get("action", {}).get("size")
+        if deploy_actions is not None and int(deploy_actions) != num_actions:
+            raise ValueError(
+                f"{task}: action size mismatch: the deploy configuration drives {deploy_actions} "
+                f"joints but the checkpoint's actor outputs {num_actions} actions"
+            )
+
+    torch_device = resolve_device(device)
+    agent = load_policy(checkpoint, cfg, torch_device)
+    mean, std, eps = _normalizer_stats(agent)
+    policy = DeployPolicy(agent.actor, mean, std, eps).cpu().eval()
+    meta = _build_meta(checkpoint_path, checkpoint, cfg, num_obs, num_actions, mean, std, eps, extras)
+    meta_json = json.dumps(meta, indent=2) + "\n"
+
+    files = {
+        POLICY_PT: _torchscript_bytes(policy, meta_json),
+        POLICY_ONNX: _onnx_bytes(policy, num_obs, meta_json),
+        META_JSON: meta_json.encode(),
+    }
+    if extras is not None:
+        files[T1_YAML] = yaml.safe_dump(extras["deploy_yaml"], sort_keys=False).encode()
+    _self_check(policy, agent, torch_device, files[POLICY_ONNX], files[POLICY_PT])
+    _write_bundle(out, files, force)
+    return out
+
+
+def load_bundle_policy(bundle_dir: str | Path) -> tuple[torch.jit.ScriptModule, dict]:
+    """(the bundle's TorchScript policy on the CPU, its embedded metadata)."""
+    extra_files = {META_JSON: ""}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = torch.jit.load(str(Path(bundle_dir) / POLICY_PT), map_location="cpu", _extra_files=extra_files)
+    return policy.eval(), json.loads(extra_files[META_JSON])
+
+
+# --------------------------------------------------------------------------- command line
+USAGE = """usage: fast-td3-export checkpoint=<run folder or checkpoint file> out=<bundle folder> [device=cpu] [force=false]
+
+Export a checkpoint's policy as a deployment bundle (policy.pt, policy.onnx, meta.json, and
+T1.yaml for T1 tasks).
+
+  checkpoint  a run folder (its latest checkpoint) or a checkpoint file
+  out         the bundle folder to create (a non-empty one is refused unless force=true)
+  device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
+  force       true: replace an existing bundle folder
+"""
+_KEYS = ("checkpoint", "out", "device", "force")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _fail(message: str) -> None:
+    print(f"fast-td3-export: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _parse(argv: list[str]) -> dict[str, str]:
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(USAGE, end="")
+        sys.exit(0)
+    args: dict[str, str] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in _KEYS:
+            _fail(f"expected key=value with key one of {', '.join(_KEYS)}, got {arg!r}\n{USAGE}")
+        args[key] = value
+    for key in ("checkpoint", "out"):
+        if not args.get(key):
+            _fail(f"missing {key}=...\n{USAGE}")
+    if args.get("force", "false").lower() not in _TRUE + _FALSE:
+        _fail(f"force must be true or false, got {args['force']!r}")
+    return args
+
+
+def cli(argv: list[str] | None = None) -> None:
+    args = _parse(sys.argv[1:] if argv is None else list(argv))
+    try:
+        bundle = export_bundle(args["checkpoint"], args["out"], args.get("device", "cpu"),
+                               args.get("force", "false").lower() in _TRUE)
+    except (FileNotFoundError, FileExistsError, ImportError, ValueError) as error:
+        _fail(str(error))
+    meta = json.loads((bundle / META_JSON).read_text())
+    print(f"exported {meta['task']} (step {meta['checkpoint_step']}, {meta['num_obs']} obs -> "
+          f"{meta['num_actions']} actions) to {bundle}")
+    for path in sorted(bundle.iterdir()):
+        print(f"  {path.name:<12} {path.stat().st_size:>10,d} bytes")
+    print(json.dumps({"bundle": str(bundle), "task": meta["task"], "step": meta["checkpoint_step"],
+                      "files": sorted(p.name for p in bundle.iterdir())}), flush=True)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,284 @@
+"""`fast-td3-sim2sim bundle=<folder>`: the exported T1 policy on native MuJoCo, before a robot sees it.
+
+The bundle's TorchScript file (loaded with `torch.jit.load` alone, as the robot loads it)
+drives the T1 model in MuJoCo's C engine, not MJX, with the gains, default pose, action
+scale and rates of the bundle's `T1.yaml` (what the robot will run): PD and the deploy
+code's target filter at 500 Hz, the policy at 50 Hz. Observations, gait phase and command
+smoothing come from `sim2real.t1`, the definitions the training env used. A scripted
+joystick sequence (stand, forward, sideways, turn; 20 s each by default) is played; the
+report gives per segment whether the robot fell (base height or tilt), the distance
+walked and the velocity-tracking error. Exit status: 0 pass, 1 a fall or a bundle whose
+deploy settings differ from the ones it was trained with, 2 bad input.
+
+    fast-td3-sim2sim bundle=exports/t1 seconds=20 report=sim2sim.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+import yaml
+
+from sim2real import t1
+
+SEGMENTS = (
+    ("stand", (0.0, 0.0, 0.0)),
+    ("forward", (0.5, 0.0, 0.0)),
+    ("sideways", (0.0, 0.3, 0.0)),
+    ("turn", (0.0, 0.0, 0.5)),
+)
+"""The scripted joystick sequence: (name, (vx [m/s], vy [m/s], yaw rate [rad/s]))."""
+SETTLE_SECONDS = 2.0
+"""Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s)."""
+
+
+class BundleError(ValueError):
+    """The folder is not a usable T1 bundle."""
+
+
+@dataclass
+class Bundle:
+    folder: Path
+    policy: Any
+    meta: dict[str, Any]
+    deploy_yaml: dict[str, Any]
+
+    @property
+    def deploy(self) -> dict[str, Any]:
+        return self.meta["deploy"]
+
+    def control(self) -> t1.T1Control:
+        """The control settings the robot will run: T1.yaml's."""
+        common, policy = self.deploy_yaml["common"], self.deploy_yaml["policy"]
+        trained = t1.T1Control.from_dict(self.deploy["control"])
+        return t1.T1Control(
+            stiffness=tuple(common["stiffness"]), damping=tuple(common["damping"]),
+            torque_limit=tuple(common["torque_limit"]), default_pose=tuple(common["default_qpos"]),
+            action_scale=float(policy["control"]["action_scale"]), sim_dt=float(common["dt"]),
+            decimation=int(policy["control"]["decimation"]), target_filter=trained.target_filter)
+
+
+def load_bundle(folder: str | Path) -> Bundle:
+    import torch
+
+    folder = Path(folder)
+    for name in ("policy.pt", "meta.json", "T1.yaml"):
+        if not (folder / name).is_file():
+            raise BundleError(f"{folder} has no {name}: sim-to-sim needs a T1 bundle from "
+                              "`fast-td3-export checkpoint=<a T1LowDimJoystick* run> out=<folder>`")
+    meta = json.loads((folder / "meta.json").read_text())
+    if "deploy" not in meta:
+        raise BundleError(f"{folder} was exported from {meta.get('task')!r}, not a T1LowDimJoystick task")
+    policy = torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
+    return Bundle(folder, policy, meta, yaml.safe_load((folder / "T1.yaml").read_text()))
+
+
+def deploy_mismatches(bundle: Bundle) -> list[str]:
+    """Where the deploy configuration the robot will run differs from what the policy was trained with."""
+    trained = t1.T1Control.from_dict(bundle.deploy["control"])
+    deployed = bundle.control()
+    problems = []
+    for name, unit in (("stiffness", "Nm/rad"), ("damping", "Nm·s/rad"), ("default_pose", "rad"),
+                       ("torque_limit", "Nm")):
+        ours, theirs = getattr(trained, name), getattr(deployed, name)
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
+                problems.append(f"{name} of {t1.SDK_JOINT_NAMES[i]} (SDK {i}): trained with {a} {unit}, "
+                                f"T1.yaml has {b}")
+    for name in ("action_scale", "sim_dt", "decimation"):
+        if not math.isclose(getattr(trained, name), getattr(deployed, name), rel_tol=1e-9):
+            problems.append(f"{name}: trained with {getattr(trained, name)}, T1.yaml has {getattr(deployed, name)}")
+    commands = t1.CommandSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in bundle.deploy["commands"].items()})
+    frequency = bundle.deploy_yaml["policy"]["gait_frequency"]
+    low, high = commands.gait_frequency
+    if not low <= frequency <= high:
+        problems.append(f"gait_frequency {frequency} Hz in T1.yaml lies outside the training range [{low}, {high}] Hz")
+    if bundle.deploy_yaml["policy"]["num_observations"] != t1.OBSERVATION_SIZE:
+        problems.append(f"num_observations {bundle.deploy_yaml['policy']['num_observations']} != "
+                        f"{t1.OBSERVATION_SIZE}")
+    return problems
+
+
+# ------------------------------------------------------------------ one MuJoCo robot
+class T1Robot:
+    """The T1 in native MuJoCo under a control setting, stepped one policy period at a time."""
+
+    def __init__(self, control: t1.T1Control, terrain: str = "flat") -> None:
+        from envs.t1_lowdim import build_mj_model, initial_qpos
+
+        self.control = control
+        self.model = build_mj_model(terrain, control)
+        self.data = mujoco.MjData(self.model)
+        self.default_pose = np.asarray(control.default_pose)
+        self.data.qpos[:] = initial_qpos(self.model, control)
+        self.data.ctrl[:] = self.default_pose
+        mujoco.mj_forward(self.model, self.data)
+        self._local_linvel = _sensor(self.model, "local_linvel")
+
+    def projected_gravity(self) -> np.ndarray:
+        return t1.imu_from_floating_base(np, self.data.qpos[3:7], self.data.qvel[3:6])[0]
+
+    def gyro(self) -> np.ndarray:
+        return self.data.qvel[3:6].copy()
+
+    def base_rotation(self) -> np.ndarray:
+        rotation = np.zeros(9)
+        mujoco.mju_quat2Mat(rotation, self.data.qpos[3:7] / np.linalg.norm(self.data.qpos[3:7]))
+        return rotation.reshape(3, 3)
+
+    def local_linvel(self) -> np.ndarray:
+        return self.data.sensordata[self._local_linvel].copy()
+
+    def observation(self, command: np.ndarray, gait_process: np.ndarray, last_action: np.ndarray) -> np.ndarray:
+        """The 47 numbers the policy sees in this state (noiseless)."""
+        return t1.actor_observation(
+            np, projected_gravity=self.projected_gravity(), gyro=self.gyro(), command=command,
+            gait_process=gait_process, joint_pos=self.data.qpos[7:].copy(), joint_vel=self.data.qvel[6:].copy(),
+            last_action=last_action, default_pose=self.default_pose).astype(np.float32)
+
+    def act(self, actions: np.ndarray) -> None:
+        """One policy period: `decimation` physics steps towards the actions' PD targets."""
+        targets = t1.targets_from_actions(np, actions, self.control, self.default_pose)
+        alpha = self.control.target_filter
+        for _ in range(self.control.decimation):
+            self.data.ctrl[:] = self.data.ctrl + alpha * (targets - self.data.ctrl)
+            mujoco.mj_step(self.model, self.data)
+
+    def fallen(self, min_height: float, min_tilt_cos: float) -> bool:
+        return bool(self.data.qpos[2] < min_height or -self.projected_gravity()[2] < min_tilt_cos
+                    or not np.isfinite(self.data.qpos).all())
+
+
+def _sensor(model: mujoco.MjModel, name: str) -> slice:
+    sensor = model.sensor(name)
+    return slice(model.sensor_adr[sensor.id], model.sensor_adr[sensor.id] + model.sensor_dim[sensor.id])
+
+
+# ------------------------------------------------------------------ the gate
+@dataclass
+class SegmentReport:
+    name: str
+    command: list[float]
+    seconds: float
+    fell: bool = False
+    fell_at: float | None = None
+    distance: float = 0.0
+    lin_vel_error: float = 0.0
+    yaw_rate_error: float = 0.0
+
+
+@dataclass
+class Sim2SimReport:
+    bundle: str
+    passed: bool
+    deploy_mismatches: list[str]
+    segments: list[SegmentReport] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: float = 0.35,
+        min_tilt_cos: float = 0.5, policy=None) -> Sim2SimReport:
+    """Play the scripted joystick sequence; stops at the first fall."""
+    import torch
+
+    policy = policy or bundle.policy
+    control = bundle.control()
+    terrain = "rough" if "Rough" in bundle.deploy.get("source_task", "") else "flat"
+    robot = T1Robot(control, terrain)
+    frequency = float(bundle.deploy_yaml["policy"]["gait_frequency"])
+    mismatches = deploy_mismatches(bundle)
+    report = Sim2SimReport(str(bundle.folder), passed=not mismatches, deploy_mismatches=mismatches)
+    command = np.zeros(3)
+    gait_process = np.zeros(1)
+    last_action = np.zeros(t1.NUM_LEG_JOINTS, dtype=np.float32)
+    steps = int(round(seconds / control.ctrl_dt))
+    settle = int(round(SETTLE_SECONDS / control.ctrl_dt))
+    elapsed = 0.0
+    for name, joystick in segments:
+        segment = SegmentReport(name, list(joystick), seconds)
+        report.segments.append(segment)
+        start = robot.data.qpos[:2].copy()
+        lin_errors, yaw_errors = [], []
+        for step in range(steps):
+            command = t1.smooth_command(np, command, np.asarray(joystick), control.ctrl_dt)
+            gait_process = t1.advance_gait_process(np, gait_process, frequency, command, control.ctrl_dt)
+            obs = robot.observation(command, gait_process, last_action)
+            with torch.no_grad():
+                action = policy(torch.from_numpy(obs)[None]).numpy()[0]
+            last_action = np.clip(action, -1.0, 1.0).astype(np.float32)
+            robot.act(last_action)
+            elapsed += control.ctrl_dt
+            if step >= settle:
+                velocity, yaw_rate = robot.local_linvel(), robot.gyro()[2]
+                lin_errors.append(float(np.linalg.norm(velocity[:2] - command[:2])))
+                yaw_errors.append(abs(float(yaw_rate - command[2])))
+            if robot.fallen(min_height, min_tilt_cos):
+                segment.fell, segment.fell_at = True, round(elapsed, 3)
+                break
+        segment.distance = float(np.linalg.norm(robot.data.qpos[:2] - start))
+        segment.lin_vel_error = float(np.mean(lin_errors)) if lin_errors else float("nan")
+        segment.yaw_rate_error = float(np.mean(yaw_errors)) if yaw_errors else float("nan")
+        if segment.fell:
+            report.passed = False
+            break
+    return report
+
+
+def print_report(report: Sim2SimReport) -> None:
+    print(f"sim-to-sim (native MuJoCo) of {report.bundle}")
+    for problem in report.deploy_mismatches:
+        print(f"  DEPLOY MISMATCH: {problem}")
+    print(f"  {'segment':<10} {'command (vx, vy, wz)':<22} {'result':<16} {'distance':>9} {'|v_xy err|':>10} "
+          f"{'|wz err|':>9}")
+    for s in report.segments:
+        result = f"FELL at {s.fell_at:.2f}s" if s.fell else "ok"
+        print(f"  {s.name:<10} {str(tuple(s.command)):<22} {result:<16} {s.distance:>8.2f}m {s.lin_vel_error:>10.3f} "
+              f"{s.yaw_rate_error:>9.3f}")
+    print("  PASS" if report.passed else "  FAIL")
+
+
+def _parse(argv: list[str]) -> dict[str, str]:
+    options = {}
+    for token in argv:
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise BundleError(f"arguments are key=value, got {token!r}")
+        options[key.lstrip("-")] = value
+    return options
+
+
+def cli(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return
+    try:
+        options = _parse(argv)
+        if "bundle" not in options:
+            raise BundleError("usage: fast-td3-sim2sim bundle=<folder> [seconds=20] [report=<file.json>]")
+        unknown = set(options) - {"bundle", "seconds", "report", "min_height", "min_tilt_cos"}
+        if unknown:
+            raise BundleError(f"unknown options {sorted(unknown)}; known: bundle, seconds, report, min_height, "
+                              "min_tilt_cos")
+        bundle = load_bundle(options["bundle"])
+    except BundleError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    report = run(bundle, seconds=float(options.get("seconds", 20.0)),
+                 min_height=float(options.get("min_height", 0.35)),
+                 min_tilt_cos=float(options.get("min_tilt_cos", 0.5)))
+    print_report(report)
+    if "report" in options:
+        Path(options["report"]).write_text(json.dumps(report.to_dict(), indent=2))
+    print(json.dumps({"passed": report.passed, "fell": any(s.fell for s in report.segments),
+                      "deploy_mismatches": len(report.deploy_mismatches)}))
+    sys.exit(0 if report.passed else 1)

@@ -1,0 +1,301 @@
+"""The Booster T1 deployment contract, written once for training, export, sim-to-sim and the robot.
+
+Booster's deploy code feeds a TorchScript policy a float32 `[1, 47]` observation at 50 Hz
+and turns its `[1, 12]` output (clipped to ±1) into position targets
+`default + action_scale * a` for the 12 leg joints, tracked by the motor drivers' PD
+loop at 500 Hz. Everything both sides must agree on lives here, as plain data and as
+functions generic over the array module (`numpy`, `jax.numpy`): the joint table in SDK
+order, the observation layout and scales, the gait-phase convention (including
+standing), command smoothing and the control settings (gains, torque limits, default
+pose, action scale, rates). The training env (`envs/t1_lowdim.py`), the exported
+bundle (`sim2real/export.py`), the sim-to-sim gate (`sim2real/sim2sim.py`) and the
+deploy-path emulation (`sim2real/deploy.py`) all call these; none re-derives them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# ------------------------------------------------------------------ joints (SDK order)
+SDK_JOINT_NAMES = (
+    "AAHead_yaw", "Head_pitch",
+    "Left_Shoulder_Pitch", "Left_Shoulder_Roll", "Left_Elbow_Pitch", "Left_Elbow_Yaw",
+    "Right_Shoulder_Pitch", "Right_Shoulder_Roll", "Right_Elbow_Pitch", "Right_Elbow_Yaw",
+    "Waist",
+    "Left_Hip_Pitch", "Left_Hip_Roll", "Left_Hip_Yaw", "Left_Knee_Pitch", "Left_Ankle_Pitch", "Left_Ankle_Roll",
+    "Right_Hip_Pitch", "Right_Hip_Roll", "Right_Hip_Yaw", "Right_Knee_Pitch", "Right_Ankle_Pitch", "Right_Ankle_Roll",
+)
+"""The T1's 23 joints by SDK index (`booster_robotics_sdk_python.JointIndex`), named as in the MJCF model."""
+NUM_JOINTS = len(SDK_JOINT_NAMES)
+LEG_SDK_INDICES = tuple(range(11, 23))
+"""The joints the policy drives: left leg 11-16, right leg 17-22 (hip pitch/roll/yaw, knee, ankle pitch/roll)."""
+LEG_JOINT_NAMES = tuple(SDK_JOINT_NAMES[i] for i in LEG_SDK_INDICES)
+NUM_LEG_JOINTS = len(LEG_SDK_INDICES)
+PARALLEL_MECH_SDK_INDICES = (15, 16, 21, 22)
+"""Ankle joints driven through a parallel linkage: the deploy code sends them torques, not PD targets."""
+
+# Per-joint values, SDK order. The leg values are the robot's own (Booster's deploy
+# configuration); head, arms and waist are held at their default pose by the same PD loop.
+DEFAULT_POSE = (
+    0.0, 0.0,
+    0.2, -1.35, 0.0, -0.5,
+    0.2, 1.35, 0.0, 0.5,
+    0.0,
+    -0.2, 0.0, 0.0, 0.4, -0.25, 0.0,
+    -0.2, 0.0, 0.0, 0.4, -0.25, 0.0,
+)
+STIFFNESS = (20.0, 20.0) + (20.0,) * 8 + (200.0,) + (200.0, 200.0, 200.0, 200.0, 50.0, 50.0) * 2
+DAMPING = (0.2, 0.2) + (0.5,) * 8 + (5.0,) + (5.0, 5.0, 5.0, 5.0, 3.0, 3.0) * 2
+TORQUE_LIMIT = (7.0, 7.0) + (10.0,) * 8 + (30.0,) + (60.0, 25.0, 30.0, 60.0, 24.0, 15.0) * 2
+
+
+@dataclass(frozen=True)
+class T1Control:
+    """How actions become joint torques; every field travels into the export bundle.
+
+    The training env builds its model's PD actuators from these numbers and the bundle
+    records them, so a bundle whose gains differ from the ones the policy was trained
+    with is detected (a policy trained under one set of gains falls within ~1.5 s under
+    another).
+    """
+
+    stiffness: tuple[float, ...] = STIFFNESS
+    """PD position gain per joint, SDK order [Nm/rad]."""
+    damping: tuple[float, ...] = DAMPING
+    """PD velocity gain per joint, SDK order [Nm·s/rad]."""
+    torque_limit: tuple[float, ...] = TORQUE_LIMIT
+    """Motor torque limit per joint, SDK order [Nm]."""
+    default_pose: tuple[float, ...] = DEFAULT_POSE
+    """Joint angles the targets are relative to, SDK order [rad]."""
+    action_scale: float = 1.0
+    """Leg targets are `default + action_scale * action` [rad per unit action]."""
+    sim_dt: float = 0.002
+    """Physics and PD period [s] (500 Hz)."""
+    decimation: int = 10
+    """Physics steps per policy step: 50 Hz policy."""
+    target_filter: float = 0.2
+    """First-order filter on the PD targets at every physics step,
+    `filtered += target_filter * (target - filtered)`; the deploy code applies 0.2 at 500 Hz (1.0: none)."""
+
+    @property
+    def ctrl_dt(self) -> float:
+        return self.sim_dt * self.decimation
+
+    def leg(self, values: tuple[float, ...]) -> list[float]:
+        return [values[i] for i in LEG_SDK_INDICES]
+
+    def check(self) -> None:
+        for name in ("stiffness", "damping", "torque_limit", "default_pose"):
+            if len(getattr(self, name)) != NUM_JOINTS:
+                raise ValueError(f"T1Control.{name} needs {NUM_JOINTS} values in SDK joint order, "
+                                 f"got {len(getattr(self, name))}")
+        if not 0.0 < self.target_filter <= 1.0:
+            raise ValueError(f"T1Control.target_filter must be in (0, 1], got {self.target_filter}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "T1Control":
+        known = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+# ------------------------------------------------------------------ observation
+OBSERVATION_LAYOUT = (
+    # (name, size, scale): the actor observation is the concatenation, in this order, of value * scale.
+    ("projected_gravity", 3, 1.0),
+    ("gyro", 3, 1.0),
+    ("command", 3, 1.0),
+    ("gait_phase", 2, 1.0),
+    ("leg_joint_pos", NUM_LEG_JOINTS, 1.0),
+    ("leg_joint_vel", NUM_LEG_JOINTS, 0.1),
+    ("last_action", NUM_LEG_JOINTS, 1.0),
+)
+OBSERVATION_SIZE = sum(size for _, size, _ in OBSERVATION_LAYOUT)
+STANDING_COMMAND_NORM = 1e-5
+"""A (smoothed) command whose norm is below this means "stand": no gait phase, zero command."""
+
+
+def observation_slices() -> dict[str, slice]:
+    slices, start = {}, 0
+    for name, size, _ in OBSERVATION_LAYOUT:
+        slices[name] = slice(start, start + size)
+        start += size
+    return slices
+
+
+def standing(xp, command):
+    """1.0 where the command means "stand" (`[..., 3]` -> `[..., 1]`), else 0.0."""
+    norm = xp.sqrt(xp.sum(command * command, axis=-1, keepdims=True))
+    return (norm < STANDING_COMMAND_NORM).astype(command.dtype)
+
+
+def gait_phase_features(xp, gait_process, command):
+    """`[cos 2πφ, sin 2πφ]` of the gait process φ in [0, 1), zeros while standing."""
+    angle = 2.0 * math.pi * gait_process
+    walking = 1.0 - standing(xp, command)
+    return xp.concatenate([xp.cos(angle), xp.sin(angle)], axis=-1) * walking
+
+
+def advance_gait_process(xp, gait_process, gait_frequency, command, ctrl_dt: float):
+    """φ after one policy step: `fmod(φ + f·dt, 1)` while walking; held at 0 while standing,
+    as the deploy code's `fmod(t·f, 1)` with `f = 0` is."""
+    walking = 1.0 - standing(xp, command)
+    return xp.mod(gait_process + gait_frequency * ctrl_dt, 1.0) * walking
+
+
+def smooth_command(xp, smoothed, target, ctrl_dt: float):
+    """The command the policy sees moves towards the joystick's by at most `ctrl_dt` per step
+    (1 unit/s), as the deploy code rate-limits it."""
+    return smoothed + xp.clip(target - smoothed, -ctrl_dt, ctrl_dt)
+
+
+def actor_observation(xp, *, projected_gravity, gyro, command, gait_process, joint_pos, joint_vel, last_action,
+                      default_pose):
+    """The 47-number policy input. `joint_pos`, `joint_vel` and `default_pose` are the 23
+    joints in SDK order (legs are picked here); every argument has leading batch axes."""
+    legs = list(LEG_SDK_INDICES)
+    walking = 1.0 - standing(xp, command)
+    parts = {
+        "projected_gravity": projected_gravity,
+        "gyro": gyro,
+        "command": command * walking,
+        "gait_phase": gait_phase_features(xp, gait_process, command),
+        "leg_joint_pos": joint_pos[..., legs] - default_pose[..., legs],
+        "leg_joint_vel": joint_vel[..., legs],
+        "last_action": last_action,
+    }
+    return xp.concatenate([parts[name] * scale for name, _, scale in OBSERVATION_LAYOUT], axis=-1)
+
+
+def imu_from_floating_base(xp, base_quat, base_angvel):
+    """(projected gravity, gyro) of an IMU aligned with the base, from the floating base's
+    state alone: its orientation quaternion `[w, x, y, z]` and its angular velocity in the
+    base frame (MuJoCo's free-joint `qvel[3:6]`). Reading both from the same state as the
+    joint angles, rather than from sensors computed before the last physics step, gives the
+    simultaneous readings the robot has."""
+    quat = base_quat / xp.sqrt(xp.sum(base_quat * base_quat, axis=-1, keepdims=True))
+    w, x, y, z = (quat[..., i] for i in range(4))
+    gravity = -xp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=-1)
+    return gravity, base_angvel
+
+
+def projected_gravity_from_rpy(xp, roll, pitch, yaw):
+    """Gravity's direction in the IMU frame from the IMU's roll/pitch/yaw (the robot's LowState):
+    `(Rz(yaw) Ry(pitch) Rx(roll))ᵀ · [0, 0, -1]`."""
+    del yaw  # a rotation about the vertical leaves gravity unchanged
+    cr, sr, cp, sp = xp.cos(roll), xp.sin(roll), xp.cos(pitch), xp.sin(pitch)
+    return xp.stack([sp, -sr * cp, -cr * cp], axis=-1)
+
+
+def targets_from_actions(xp, actions, control: T1Control, default_pose):
+    """23 PD targets (SDK order): defaults, with the legs at `default + action_scale * clip(a, ±1)`."""
+    legs = list(LEG_SDK_INDICES)
+    clipped = xp.clip(actions, -1.0, 1.0)
+    leg_targets = default_pose[..., legs] + control.action_scale * clipped
+    return xp.concatenate([xp.broadcast_to(default_pose[..., :legs[0]], leg_targets.shape[:-1] + (legs[0],)),
+                           leg_targets], axis=-1)
+
+
+# ------------------------------------------------------------------ commands and gait
+@dataclass(frozen=True)
+class CommandSpec:
+    """The joystick commands a policy is trained on; the bundle records them."""
+
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    lin_vel_y: tuple[float, float] = (-0.5, 0.5)
+    ang_vel_yaw: tuple[float, float] = (-1.0, 1.0)
+    standing_probability: float = 0.1
+    """Chance that a sampled command is exactly zero (stand still)."""
+    resample_seconds: float = 10.0
+    gait_frequency: tuple[float, float] = (1.0, 1.5)
+    """Training samples one gait frequency per episode from this range [Hz]."""
+    deploy_gait_frequency: float = 1.0
+    """The single frequency the deploy configuration runs; must lie in `gait_frequency`."""
+
+    def check(self) -> None:
+        low, high = self.gait_frequency
+        if not low <= self.deploy_gait_frequency <= high:
+            raise ValueError(f"deploy_gait_frequency {self.deploy_gait_frequency} Hz lies outside the training range "
+                             f"{list(self.gait_frequency)} Hz: the robot would walk at a frequency the policy never saw")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """Everything a bundle records about the T1 contract, from one training env's settings."""
+
+    control: T1Control = field(default_factory=T1Control)
+    commands: CommandSpec = field(default_factory=CommandSpec)
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "robot": "booster_t1",
+            "joint_names": list(SDK_JOINT_NAMES),
+            "leg_sdk_indices": list(LEG_SDK_INDICES),
+            "leg_joint_names": list(LEG_JOINT_NAMES),
+            "parallel_mech_sdk_indices": list(PARALLEL_MECH_SDK_INDICES),
+            "control": self.control.to_dict() | {"ctrl_dt": self.control.ctrl_dt},
+            "observation": {
+                "size": OBSERVATION_SIZE,
+                "layout": [{"name": n, "size": s, "scale": c, "start": observation_slices()[n].start}
+                           for n, s, c in OBSERVATION_LAYOUT],
+                "standing_command_norm": STANDING_COMMAND_NORM,
+                "phase": "[cos 2πφ, sin 2πφ] with φ = fmod(φ + f·ctrl_dt, 1); zeros and φ = 0 while |command| < "
+                         f"{STANDING_COMMAND_NORM}; the command is zeroed too",
+                "command_smoothing": "smoothed += clip(command - smoothed, ±ctrl_dt) every policy step",
+            },
+            "action": {"size": NUM_LEG_JOINTS, "clip": 1.0,
+                       "targets": "default_pose[legs] + action_scale * clip(action, ±1)"},
+            "commands": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.commands).items()},
+        }
+
+    def deploy_yaml(self) -> dict[str, Any]:
+        """Booster's deploy configuration (`deploy/configs/T1.yaml` layout) for this policy."""
+        c = self.control
+        return {
+            "common": {
+                "dt": c.sim_dt,
+                "stiffness": list(c.stiffness),
+                "damping": list(c.damping),
+                "default_qpos": list(c.default_pose),
+                "torque_limit": list(c.torque_limit),
+            },
+            "policy": {
+                "policy_path": "./models/policy.pt",
+                "num_actions": NUM_LEG_JOINTS,
+                "num_observations": OBSERVATION_SIZE,
+                "gait_frequency": self.commands.deploy_gait_frequency,
+                "normalization": {"gravity": 1.0, "lin_vel": 1.0, "ang_vel": 1.0, "dof_pos": 1.0, "dof_vel": 0.1,
+                                  "clip_actions": 1.0},
+                "control": {"action_scale": c.action_scale, "decimation": c.decimation},
+            },
+            "mech": {"parallel_mech_indexes": list(PARALLEL_MECH_SDK_INDICES)},
+        }
+
+
+def check_layout_matches_deploy_scales() -> None:
+    """The scales in OBSERVATION_LAYOUT are the ones `deploy_yaml()["policy"]["normalization"]` names."""
+    scales = dict((n, c) for n, _, c in OBSERVATION_LAYOUT)
+    norm = DeploySpec().deploy_yaml()["policy"]["normalization"]
+    expected = {"projected_gravity": norm["gravity"], "gyro": norm["ang_vel"], "leg_joint_pos": norm["dof_pos"],
+                "leg_joint_vel": norm["dof_vel"]}
+    for name, value in expected.items():
+        if scales[name] != value:
+            raise AssertionError(f"observation scale of {name} is {scales[name]}, the deploy config says {value}")
+
+
+def is_t1_lowdim(task: str) -> bool:
+    return task.startswith("T1LowDimJoystick")
+
+
+def bundle_extras(cfg) -> dict[str, Any] | None:
+    """The T1 parts of an export bundle for a run's config (`TrainConfig`), or None for other tasks."""
+    if not is_t1_lowdim(cfg.env.task):
+        return None
+    from envs.t1_lowdim import deploy_spec
+
+    spec = deploy_spec(dict(cfg.env.options.get("config_overrides") or {}))
+    return {"meta": spec.meta() | {"source_task": cfg.env.task}, "deploy_yaml": spec.deploy_yaml()}

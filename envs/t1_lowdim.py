@@ -108,12 +108,26 @@ def commands_from(config) -> t1.CommandSpec:
     return commands
 
 
+def check_rates(config, control: t1.T1Control) -> None:
+    """Rates come from `control.sim_dt` and `control.decimation` alone: the bundle carries those."""
+    if int(config.action_repeat) != 1:
+        raise ValueError(f"action_repeat={config.action_repeat}: the T1 policy rate is set by control.decimation "
+                         "(physics steps per policy step), which the deploy configuration carries; keep action_repeat=1")
+    defaults = default_config()
+    changed = (config.ctrl_dt, config.sim_dt) != (defaults.ctrl_dt, defaults.sim_dt)
+    if changed and (config.ctrl_dt, config.sim_dt) != (control.ctrl_dt, control.sim_dt):
+        raise ValueError(f"ctrl_dt/sim_dt are derived from control.sim_dt and control.decimation "
+                         f"({control.ctrl_dt}/{control.sim_dt}); override those instead")
+
+
 def deploy_spec(config_overrides: dict[str, Any] | None = None) -> t1.DeploySpec:
     """The deployment contract of a training run with these (flat) Playground config overrides."""
     config = default_config().lock()
     if config_overrides:
         config.update_from_flattened_dict(_flat(config_overrides))
-    return t1.DeploySpec(control_from(config), commands_from(config))
+    control = control_from(config)
+    check_rates(config, control)
+    return t1.DeploySpec(control, commands_from(config))
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -149,6 +163,7 @@ def build_mj_model(terrain: str, control: t1.T1Control) -> mujoco.MjModel:
     if names != list(t1.SDK_JOINT_NAMES):
         raise RuntimeError(f"Playground's T1 actuators are not in SDK order: {names}")
     model.opt.timestep = control.sim_dt
+    model.actuator_ctrllimited[:] = 0  # the robot sends targets beyond the joint range unclipped
     for i, name in enumerate(t1.SDK_JOINT_NAMES):
         joint = model.joint(name)
         model.actuator_gainprm[i, 0] = control.stiffness[i]
@@ -173,6 +188,7 @@ class T1LowDimJoystick(MjxEnv):
         super().__init__(config or default_config(), config_overrides)
         self.control = control_from(self._config)
         self.commands = commands_from(self._config)
+        check_rates(self._config, self.control)
         self._sim_dt, self._ctrl_dt = self.control.sim_dt, self.control.ctrl_dt
         self.terrain = terrain
         self._mj_model = build_mj_model(terrain, self.control)
@@ -225,7 +241,7 @@ class T1LowDimJoystick(MjxEnv):
 
     # -- reset / step
     def reset(self, rng: jax.Array) -> State:
-        rng, pos_key, yaw_key, joint_key, vel_key, cmd_key, freq_key, phase_key, push_key = jax.random.split(rng, 9)
+        rng, pos_key, yaw_key, joint_key, vel_key, cmd_key, freq_key, clock_key, push_key = jax.random.split(rng, 9)
         qpos = self._init_qpos
         qpos = qpos.at[0:2].add(jax.random.uniform(pos_key, (2,), minval=-0.5, maxval=0.5))
         yaw = jax.random.uniform(yaw_key, minval=-jnp.pi, maxval=jnp.pi)
@@ -239,20 +255,21 @@ class T1LowDimJoystick(MjxEnv):
         data = mjx.forward(self._mjx_model, data)
         push_interval = jax.random.uniform(push_key, minval=self._config.push_config.interval_range[0],
                                            maxval=self._config.push_config.interval_range[1])
+        gait_frequency = jax.random.uniform(freq_key, (1,), minval=self.commands.gait_frequency[0],
+                                            maxval=self.commands.gait_frequency[1])
         info = {
             "rng": rng,
             "step": jnp.zeros((), jnp.int32),
             "target_command": self.sample_command(cmd_key),
-            "command": jnp.zeros(3),
-            "gait_frequency": jax.random.uniform(freq_key, (1,), minval=self.commands.gait_frequency[0],
-                                                 maxval=self.commands.gait_frequency[1]),
-            "gait_process": jax.random.uniform(phase_key, (1,)),
+            "gait_frequency": gait_frequency,
+            # the robot's clock: any phase at the start; the deploy code starts with the gait active
+            "clock": jax.random.uniform(clock_key, (1,), maxval=10.0),
+            "active_frequency": gait_frequency,
             "last_action": jnp.zeros(t1.NUM_LEG_JOINTS),
             "feet_air_time": jnp.zeros(2),
             "push_steps": jnp.round(push_interval / self.dt).astype(jnp.int32),
         }
-        info["command"] = t1.smooth_command(jnp, info["command"], info["target_command"], self.dt)
-        info["gait_process"] = info["gait_process"] * (1.0 - t1.standing(jnp, info["command"]))
+        self._update_command_and_gait(info, jnp.zeros(3))
         metrics = {f"reward/{term}": jnp.zeros(()) for term in self._config.reward_config.scales.keys()}
         obs = self._observe(data, info, self._contacts(data))
         return State(data, obs, jnp.zeros(()), jnp.zeros(()), metrics, info)
@@ -270,21 +287,27 @@ class T1LowDimJoystick(MjxEnv):
         terms = self._reward_terms(data, action, info, contacts, done)
         scales = self._config.reward_config.scales
         rewards = {term: value * scales[term] for term, value in terms.items()}
-        reward = jnp.clip(sum(rewards.values()) * self.dt, 0.0, None)
+        # every term but the fall penalty is clipped at zero together, so a fall always costs
+        shaped = sum(value for term, value in rewards.items() if term != "termination")
+        reward = jnp.clip(shaped * self.dt, 0.0, None) + rewards["termination"] * self.dt
 
         # the next observation's command and gait phase, in the deploy code's order
         info["step"] = info["step"] + 1
         resample = info["step"] % int(round(self.commands.resample_seconds / self.dt)) == 0
         info["target_command"] = jnp.where(resample, self.sample_command(cmd_key), info["target_command"])
-        info["command"] = t1.smooth_command(jnp, info["command"], info["target_command"], self.dt)
-        info["gait_process"] = t1.advance_gait_process(jnp, info["gait_process"], info["gait_frequency"],
-                                                       info["command"], self.dt)
+        info["clock"] = info["clock"] + self.dt
+        self._update_command_and_gait(info, info["command"])
         info["last_action"] = action
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         obs = self._observe(data, info, contacts)
         metrics = {f"reward/{term}": value for term, value in rewards.items()}
         return state.replace(data=data, obs=obs, reward=reward, done=done.astype(jnp.float32), metrics=metrics,
                              info=info)
+
+    def _update_command_and_gait(self, info: dict, smoothed: jax.Array) -> None:
+        info["gait_process"], info["command"], info["active_frequency"] = t1.update_command_and_gait(
+            jnp, clock=info["clock"], active_frequency=info["active_frequency"], smoothed=smoothed,
+            joystick=info["target_command"], gait_frequency=info["gait_frequency"], ctrl_dt=self.dt)
 
     def _physics(self, data: mjx.Data, targets: jax.Array) -> mjx.Data:
         """`decimation` physics steps; the PD targets pass the deploy code's filter at each."""
@@ -322,13 +345,19 @@ class T1LowDimJoystick(MjxEnv):
         low = data.qpos[2] < term.min_base_height
         return tilted | low | jnp.isnan(data.qpos).any() | jnp.isnan(data.qvel).any()
 
+    def encoder_offsets(self) -> jax.Array:
+        """The joint encoders' offsets δ (measured = true + δ) this env's model was given by the
+        randomiser: its PD loop acts on the measured angle, `bias0 = -kp·δ` (zero when not randomised)."""
+        model = self._mjx_model
+        return -model.actuator_biasprm[:, 0] / model.actuator_gainprm[:, 0]
+
     def _noisy(self, key: jax.Array, value: jax.Array, scale: float) -> jax.Array:
         level = self._config.noise_config.level
         return value + (2 * jax.random.uniform(key, value.shape) - 1) * level * scale
 
     def _observe(self, data: mjx.Data, info: dict, contacts: jax.Array) -> dict[str, jax.Array]:
         gravity, gyro = self.imu(data)
-        joint_pos, joint_vel = data.qpos[7:], data.qvel[6:]
+        joint_pos, joint_vel = data.qpos[7:] + self.encoder_offsets(), data.qvel[6:]
         info["rng"], *keys = jax.random.split(info["rng"], 5)
         noise = self._config.noise_config.scales
         common = dict(command=info["command"], gait_process=info["gait_process"], last_action=info["last_action"],
@@ -348,11 +377,15 @@ class T1LowDimJoystick(MjxEnv):
             info["feet_air_time"],  # 2
             feet[:, 2],  # feet heights 2
             data.sensordata[self._foot_linvel_adr].ravel(),  # 6
-            data.actuator_force[self._legs] / jnp.asarray(self.control.leg(self.control.torque_limit)),  # 12
+            data.qfrc_actuator[6:][self._legs] / jnp.asarray(self.control.leg(self.control.torque_limit)),  # 12
             info["target_command"],  # 3
             info["gait_frequency"],  # 1
         ])
         return {"state": actor, "privileged_state": privileged}
+
+    def gait_signals(self, data: mjx.Data, info: dict) -> dict[str, jax.Array]:
+        """Feet, for the gait metrics (`envs/playground.py` adds the base, joints and torques)."""
+        return {"foot_vel_xy": data.sensordata[self._foot_linvel_adr][:, :2], "foot_contact": self._contacts(data)}
 
     # -- rewards
     def _reward_terms(self, data, action, info, contacts, done) -> dict[str, jax.Array]:
@@ -361,7 +394,7 @@ class T1LowDimJoystick(MjxEnv):
         local_vel = data.sensordata[self._local_linvel_adr]
         gyro = data.sensordata[self._gyro_adr]
         gravity = self.projected_gravity(data)
-        torques = data.actuator_force[self._legs]
+        torques = data.qfrc_actuator[6:][self._legs]  # applied: after the torque limits
         leg_vel = data.qvel[6:][self._legs]
         leg_pos = data.qpos[7:][self._legs]
         feet = data.site_xpos[self._feet_sites]
@@ -420,10 +453,10 @@ class T1LowDimJoystick(MjxEnv):
                                            maxval=cfg.gain_scale[1])
                 gain = gain.at[:, 0].set(kp * scale[0])
                 bias = bias.at[:, 1].set(-kp * scale[0]).at[:, 2].set(-kd * scale[1])
-            if cfg.joint_offsets:  # an encoder offset δ: the PD loop acts as if q were q - δ
+            if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
                 offset = jax.random.uniform(keys[3], (t1.NUM_LEG_JOINTS,), minval=cfg.joint_offset_range[0],
                                             maxval=cfg.joint_offset_range[1])
-                bias = bias.at[legs, 0].set(-bias[legs, 1] * offset)
+                bias = bias.at[legs, 0].set(bias[legs, 1] * offset)  # -kp·δ
             if cfg.gains or cfg.joint_offsets:
                 fields["actuator_gainprm"], fields["actuator_biasprm"] = gain, bias
             return fields

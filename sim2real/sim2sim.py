@@ -73,11 +73,21 @@ def load_bundle(folder: str | Path) -> Bundle:
         if not (folder / name).is_file():
             raise BundleError(f"{folder} has no {name}: sim-to-sim needs a T1 bundle from "
                               "`fast-td3-export checkpoint=<a T1LowDimJoystick* run> out=<folder>`")
-    meta = json.loads((folder / "meta.json").read_text())
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        deploy_yaml = yaml.safe_load((folder / "T1.yaml").read_text())
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise BundleError(f"{folder}: unreadable bundle file ({error})") from None
     if "deploy" not in meta:
         raise BundleError(f"{folder} was exported from {meta.get('task')!r}, not a T1LowDimJoystick task")
+    required = {"common": ("dt", "stiffness", "damping", "default_qpos", "torque_limit"),
+                "policy": ("gait_frequency", "control")}
+    for section, keys in required.items():
+        missing = [k for k in keys if k not in (deploy_yaml or {}).get(section, {})]
+        if missing:
+            raise BundleError(f"{folder / 'T1.yaml'}: section {section!r} lacks {missing}")
     policy = torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
-    return Bundle(folder, policy, meta, yaml.safe_load((folder / "T1.yaml").read_text()))
+    return Bundle(folder, policy, meta, deploy_yaml)
 
 
 def deploy_mismatches(bundle: Bundle) -> list[str]:
@@ -95,14 +105,25 @@ def deploy_mismatches(bundle: Bundle) -> list[str]:
     for name in ("action_scale", "sim_dt", "decimation"):
         if not math.isclose(getattr(trained, name), getattr(deployed, name), rel_tol=1e-9):
             problems.append(f"{name}: trained with {getattr(trained, name)}, T1.yaml has {getattr(deployed, name)}")
-    commands = t1.CommandSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in bundle.deploy["commands"].items()})
-    frequency = bundle.deploy_yaml["policy"]["gait_frequency"]
-    low, high = commands.gait_frequency
-    if not low <= frequency <= high:
-        problems.append(f"gait_frequency {frequency} Hz in T1.yaml lies outside the training range [{low}, {high}] Hz")
-    if bundle.deploy_yaml["policy"]["num_observations"] != t1.OBSERVATION_SIZE:
-        problems.append(f"num_observations {bundle.deploy_yaml['policy']['num_observations']} != "
-                        f"{t1.OBSERVATION_SIZE}")
+    policy = bundle.deploy_yaml["policy"]
+    low, high = bundle.deploy["commands"]["gait_frequency"]
+    if not low <= policy["gait_frequency"] <= high:
+        problems.append(f"gait_frequency {policy['gait_frequency']} Hz in T1.yaml lies outside the training range "
+                        f"[{low}, {high}] Hz")
+    expected = {"num_observations": t1.OBSERVATION_SIZE, "num_actions": t1.NUM_LEG_JOINTS}
+    problems += [f"{key}: the policy has {value}, T1.yaml says {policy.get(key)}"
+                 for key, value in expected.items() if policy.get(key) != value]
+    for key, value in t1.deploy_normalization().items():
+        if policy.get("normalization", {}).get(key) != value:
+            problems.append(f"normalization.{key}: the policy was trained with {value}, T1.yaml has "
+                            f"{policy.get('normalization', {}).get(key)}")
+    mech = bundle.deploy_yaml.get("mech", {}).get("parallel_mech_indexes")
+    if mech != list(t1.PARALLEL_MECH_SDK_INDICES):
+        problems.append(f"mech.parallel_mech_indexes: {mech}, the T1's ankles are {list(t1.PARALLEL_MECH_SDK_INDICES)}")
+    recorded = [(e["name"], e["size"], e["scale"]) for e in bundle.deploy["observation"]["layout"]]
+    if recorded != [tuple(e) for e in t1.OBSERVATION_LAYOUT]:
+        problems.append(f"the bundle's observation layout {recorded} is not this code's {list(t1.OBSERVATION_LAYOUT)}: "
+                        "re-export with this version")
     return problems
 
 
@@ -194,11 +215,10 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
     control = bundle.control()
     terrain = "rough" if "Rough" in bundle.deploy.get("source_task", "") else "flat"
     robot = T1Robot(control, terrain)
-    frequency = float(bundle.deploy_yaml["policy"]["gait_frequency"])
+    frequency = np.array([float(bundle.deploy_yaml["policy"]["gait_frequency"])])
     mismatches = deploy_mismatches(bundle)
     report = Sim2SimReport(str(bundle.folder), passed=not mismatches, deploy_mismatches=mismatches)
-    command = np.zeros(3)
-    gait_process = np.zeros(1)
+    command, active_frequency = np.zeros(3), frequency.copy()  # the deploy code starts with the gait active
     last_action = np.zeros(t1.NUM_LEG_JOINTS, dtype=np.float32)
     steps = int(round(seconds / control.ctrl_dt))
     settle = int(round(SETTLE_SECONDS / control.ctrl_dt))
@@ -209,8 +229,9 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
         start = robot.data.qpos[:2].copy()
         lin_errors, yaw_errors = [], []
         for step in range(steps):
-            command = t1.smooth_command(np, command, np.asarray(joystick), control.ctrl_dt)
-            gait_process = t1.advance_gait_process(np, gait_process, frequency, command, control.ctrl_dt)
+            gait_process, command, active_frequency = t1.update_command_and_gait(
+                np, clock=np.array([elapsed]), active_frequency=active_frequency, smoothed=command,
+                joystick=np.asarray(joystick, dtype=np.float64), gait_frequency=frequency, ctrl_dt=control.ctrl_dt)
             obs = robot.observation(command, gait_process, last_action)
             with torch.no_grad():
                 action = policy(torch.from_numpy(obs)[None]).numpy()[0]
@@ -269,13 +290,12 @@ def cli(argv: list[str] | None = None) -> None:
         if unknown:
             raise BundleError(f"unknown options {sorted(unknown)}; known: bundle, seconds, report, min_height, "
                               "min_tilt_cos")
+        numbers = {key: float(options[key]) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
         bundle = load_bundle(options["bundle"])
-    except BundleError as error:
+    except ValueError as error:  # BundleError, or a number that is not one
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    report = run(bundle, seconds=float(options.get("seconds", 20.0)),
-                 min_height=float(options.get("min_height", 0.35)),
-                 min_tilt_cos=float(options.get("min_tilt_cos", 0.5)))
+    report = run(bundle, **numbers)
     print_report(report)
     if "report" in options:
         Path(options["report"]).write_text(json.dumps(report.to_dict(), indent=2))

@@ -49,6 +49,15 @@ DEFAULT_POSE = (
 STIFFNESS = (20.0, 20.0) + (20.0,) * 8 + (200.0,) + (200.0, 200.0, 200.0, 200.0, 50.0, 50.0) * 2
 DAMPING = (0.2, 0.2) + (0.5,) * 8 + (5.0,) + (5.0, 5.0, 5.0, 5.0, 3.0, 3.0) * 2
 TORQUE_LIMIT = (7.0, 7.0) + (10.0,) * 8 + (30.0,) + (60.0, 25.0, 30.0, 60.0, 24.0, 15.0) * 2
+PREPARE = {
+    # the deploy code's stand-up phase before the policy takes over (its `prepare` section; robot values)
+    "stiffness": [5.0, 5.0, 40.0, 50.0, 20.0, 10.0, 40.0, 50.0, 20.0, 10.0, 100.0,
+                  350.0, 350.0, 180.0, 350.0, 450.0, 450.0, 350.0, 350.0, 180.0, 350.0, 450.0, 450.0],
+    "damping": [0.1, 0.1, 0.5, 1.5, 0.2, 0.2, 0.5, 1.5, 0.2, 0.2, 5.0,
+                7.5, 7.5, 3.0, 5.5, 0.5, 0.5, 7.5, 7.5, 3.0, 5.5, 0.5, 0.5],
+    "default_qpos": [0.0, 0.0, 0.25, -1.4, 0.0, -0.5, 0.25, 1.4, 0.0, 0.5, 0.0,
+                     -0.1, 0.0, 0.0, 0.2, -0.1, 0.0, -0.1, 0.0, 0.0, 0.2, -0.1, 0.0],
+}
 
 
 @dataclass(frozen=True)
@@ -140,17 +149,26 @@ def gait_phase_features(xp, gait_process, command):
     return xp.concatenate([xp.cos(angle), xp.sin(angle)], axis=-1) * walking
 
 
-def advance_gait_process(xp, gait_process, gait_frequency, command, ctrl_dt: float):
-    """φ after one policy step: `fmod(φ + f·dt, 1)` while walking; held at 0 while standing,
-    as the deploy code's `fmod(t·f, 1)` with `f = 0` is."""
-    walking = 1.0 - standing(xp, command)
-    return xp.mod(gait_process + gait_frequency * ctrl_dt, 1.0) * walking
-
-
 def smooth_command(xp, smoothed, target, ctrl_dt: float):
     """The command the policy sees moves towards the joystick's by at most `ctrl_dt` per step
     (1 unit/s), as the deploy code rate-limits it."""
     return smoothed + xp.clip(target - smoothed, -ctrl_dt, ctrl_dt)
+
+
+def update_command_and_gait(xp, *, clock, active_frequency, smoothed, joystick, gait_frequency, ctrl_dt: float):
+    """One policy step's command and gait state, in the deploy code's order.
+
+    The robot's loop, at time `clock` [s]: the gait process is `fmod(clock · f_active, 1)`
+    with the frequency the previous step left active; then the command moves towards the
+    joystick's by at most `ctrl_dt` (1 unit/s); then the active frequency becomes 0 while the
+    smoothed command means "stand", else `gait_frequency`. So φ is 0 on the first step
+    after standing and then jumps to the clock's phase. Returns
+    `(gait_process, smoothed, active_frequency)`; the observation zeroes phase and command
+    from the new smoothed command (`actor_observation`)."""
+    gait_process = xp.mod(clock * active_frequency, 1.0)
+    smoothed = smooth_command(xp, smoothed, joystick, ctrl_dt)
+    active_frequency = gait_frequency * (1.0 - standing(xp, smoothed))
+    return gait_process, smoothed, active_frequency
 
 
 def actor_observation(xp, *, projected_gravity, gyro, command, gait_process, joint_pos, joint_vel, last_action,
@@ -243,8 +261,9 @@ class DeploySpec:
                 "layout": [{"name": n, "size": s, "scale": c, "start": observation_slices()[n].start}
                            for n, s, c in OBSERVATION_LAYOUT],
                 "standing_command_norm": STANDING_COMMAND_NORM,
-                "phase": "[cos 2πφ, sin 2πφ] with φ = fmod(φ + f·ctrl_dt, 1); zeros and φ = 0 while |command| < "
-                         f"{STANDING_COMMAND_NORM}; the command is zeroed too",
+                "phase": "[cos 2πφ, sin 2πφ], φ = fmod(clock · f_active, 1) with the previous step's active "
+                         "frequency (0 after a standing step); zeros while |smoothed command| < "
+                         f"{STANDING_COMMAND_NORM}, the command too (sim2real.t1.update_command_and_gait)",
                 "command_smoothing": "smoothed += clip(command - smoothed, ±ctrl_dt) every policy step",
             },
             "action": {"size": NUM_LEG_JOINTS, "clip": 1.0,
@@ -268,23 +287,26 @@ class DeploySpec:
                 "num_actions": NUM_LEG_JOINTS,
                 "num_observations": OBSERVATION_SIZE,
                 "gait_frequency": self.commands.deploy_gait_frequency,
-                "normalization": {"gravity": 1.0, "lin_vel": 1.0, "ang_vel": 1.0, "dof_pos": 1.0, "dof_vel": 0.1,
-                                  "clip_actions": 1.0},
+                "normalization": deploy_normalization(),
                 "control": {"action_scale": c.action_scale, "decimation": c.decimation},
             },
             "mech": {"parallel_mech_indexes": list(PARALLEL_MECH_SDK_INDICES)},
+            "prepare": {key: list(values) for key, values in PREPARE.items()},
         }
 
 
-def check_layout_matches_deploy_scales() -> None:
-    """The scales in OBSERVATION_LAYOUT are the ones `deploy_yaml()["policy"]["normalization"]` names."""
-    scales = dict((n, c) for n, _, c in OBSERVATION_LAYOUT)
-    norm = DeploySpec().deploy_yaml()["policy"]["normalization"]
-    expected = {"projected_gravity": norm["gravity"], "gyro": norm["ang_vel"], "leg_joint_pos": norm["dof_pos"],
-                "leg_joint_vel": norm["dof_vel"]}
-    for name, value in expected.items():
-        if scales[name] != value:
-            raise AssertionError(f"observation scale of {name} is {scales[name]}, the deploy config says {value}")
+def deploy_normalization() -> dict[str, float]:
+    """The deploy configuration's `normalization` section, from OBSERVATION_LAYOUT's scales.
+
+    The deploy code scales gravity by `gravity`, the gyro and the yaw-rate command by
+    `ang_vel`, the velocity commands by `lin_vel`, joint angles by `dof_pos` and velocities by
+    `dof_vel`; the layout has one scale for the whole command, so it must serve both."""
+    scales = {name: scale for name, _, scale in OBSERVATION_LAYOUT}
+    if scales["command"] != scales["gyro"]:
+        raise AssertionError(f"the command's scale {scales['command']} must equal the gyro's {scales['gyro']}: the "
+                             "deploy code scales the yaw-rate command with ang_vel")
+    return {"gravity": scales["projected_gravity"], "lin_vel": scales["command"], "ang_vel": scales["gyro"],
+            "dof_pos": scales["leg_joint_pos"], "dof_vel": scales["leg_joint_vel"], "clip_actions": 1.0}
 
 
 def is_t1_lowdim(task: str) -> bool:

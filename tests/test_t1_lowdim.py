@@ -20,6 +20,8 @@ import yaml
 
 from sim2real import t1
 
+pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not installed (pip install -e ".[sim2real]")')
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TASK = "T1LowDimJoystickFlatTerrain"
@@ -27,93 +29,7 @@ NOISELESS = {"noise_config": {"level": 0.0}}
 """The options the in-process env and the CLI run share (one compilation, cached across them)."""
 
 
-# ------------------------------------------------------------------ the contract (numpy only)
-def _observation(**overrides):
-    inputs = dict(
-        projected_gravity=np.array([0.1, -0.2, -0.97]), gyro=np.array([0.3, 0.0, -0.5]),
-        command=np.array([0.5, 0.0, 0.2]), gait_process=np.array([0.25]),
-        joint_pos=np.arange(23) * 0.01, joint_vel=np.arange(23) * 1.0, last_action=np.full(12, 0.5),
-        default_pose=np.asarray(t1.DEFAULT_POSE))
-    inputs.update(overrides)
-    return t1.actor_observation(np, **inputs), inputs
-
-
-def test_observation_has_booster_layout_known_answer():
-    obs, inputs = _observation()
-    assert obs.shape == (47,) and t1.OBSERVATION_SIZE == 47
-    np.testing.assert_allclose(obs[0:3], [0.1, -0.2, -0.97])
-    np.testing.assert_allclose(obs[3:6], [0.3, 0.0, -0.5])
-    np.testing.assert_allclose(obs[6:9], [0.5, 0.0, 0.2])
-    np.testing.assert_allclose(obs[9:11], [0.0, 1.0], atol=1e-12)  # cos, sin of 2π·0.25
-    legs = np.arange(11, 23)
-    np.testing.assert_allclose(obs[11:23], legs * 0.01 - np.asarray(t1.DEFAULT_POSE)[legs])
-    np.testing.assert_allclose(obs[23:35], legs * 0.1)  # leg joint velocity × 0.1
-    np.testing.assert_allclose(obs[35:47], 0.5)
-
-
-def test_standing_zeroes_phase_and_command_and_holds_the_gait():
-    obs, _ = _observation(command=np.zeros(3), gait_process=np.array([0.3]))
-    np.testing.assert_array_equal(obs[6:11], 0.0)
-    assert t1.advance_gait_process(np, np.array([0.3]), 1.5, np.zeros(3), 0.02)[0] == 0.0
-    walking = t1.advance_gait_process(np, np.array([0.99]), 1.5, np.array([0.3, 0, 0]), 0.02)[0]
-    assert walking == pytest.approx(math.fmod(0.99 + 0.03, 1.0))
-
-
-def test_command_smoothing_is_rate_limited_like_the_deploy_code():
-    smoothed = np.zeros(3)
-    for _ in range(10):
-        smoothed = t1.smooth_command(np, smoothed, np.array([1.0, -0.05, 0.0]), 0.02)
-    np.testing.assert_allclose(smoothed, [0.2, -0.05, 0.0])  # 1 unit/s; the small one arrives exactly
-
-
-def test_projected_gravity_from_rpy_matches_the_rotation():
-    rng = np.random.default_rng(0)
-    for roll, pitch, yaw in rng.uniform(-0.8, 0.8, (5, 3)):
-        rx = np.array([[1, 0, 0], [0, np.cos(roll), -np.sin(roll)], [0, np.sin(roll), np.cos(roll)]])
-        ry = np.array([[np.cos(pitch), 0, np.sin(pitch)], [0, 1, 0], [-np.sin(pitch), 0, np.cos(pitch)]])
-        rz = np.array([[np.cos(yaw), -np.sin(yaw), 0], [np.sin(yaw), np.cos(yaw), 0], [0, 0, 1]])
-        expected = (rz @ ry @ rx).T @ np.array([0.0, 0.0, -1.0])
-        np.testing.assert_allclose(t1.projected_gravity_from_rpy(np, roll, pitch, yaw), expected, atol=1e-12)
-
-
-def test_deploy_yaml_has_booster_layout_and_the_same_scales(monkeypatch):
-    spec = t1.DeploySpec()
-    deploy = spec.deploy_yaml()
-    for key in ("stiffness", "damping", "default_qpos", "torque_limit"):
-        assert len(deploy["common"][key]) == 23
-    assert deploy["common"]["default_qpos"][11:17] == [-0.2, 0.0, 0.0, 0.4, -0.25, 0.0]
-    assert deploy["common"]["torque_limit"][11:17] == [60, 25, 30, 60, 24, 15]
-    assert deploy["policy"]["num_observations"] == 47 and deploy["policy"]["num_actions"] == 12
-    assert deploy["policy"]["control"] == {"action_scale": 1.0, "decimation": 10}
-    assert deploy["mech"]["parallel_mech_indexes"] == [15, 16, 21, 22]
-    meta = spec.meta()
-    assert [entry["start"] for entry in meta["observation"]["layout"]] == [0, 3, 6, 9, 11, 23, 35]
-    t1.check_layout_matches_deploy_scales()
-    layout = list(t1.OBSERVATION_LAYOUT)
-    layout[5] = ("leg_joint_vel", 12, 0.05)  # a training-side change the deploy config does not know
-    monkeypatch.setattr(t1, "OBSERVATION_LAYOUT", tuple(layout))
-    with pytest.raises(AssertionError, match="leg_joint_vel"):
-        t1.check_layout_matches_deploy_scales()
-
-
-def test_deploy_gait_frequency_outside_the_training_range_is_refused():
-    with pytest.raises(ValueError, match="outside the training range"):
-        t1.CommandSpec(gait_frequency=(1.2, 1.6), deploy_gait_frequency=1.0).check()
-
-
-def test_sdk_joint_order_matches_the_booster_sdk():
-    b1 = pytest.importorskip("booster_robotics_sdk_python", reason="Booster SDK wheel not installed")
-    sdk_names = [name for name, _ in sorted(b1.JointIndex.__members__.items(), key=lambda kv: int(kv[1]))]
-    assert len(sdk_names) == b1.kJointCnt == t1.NUM_JOINTS
-    assert [int(b1.JointIndex.kLeftHipPitch), int(b1.JointIndex.kCrankDownRight)] == [11, 22]
-    for ours, theirs in zip(t1.SDK_JOINT_NAMES, sdk_names):  # e.g. Left_Hip_Pitch ~ kLeftHipPitch
-        simple = theirs[1:].lower()
-        assert ours.replace("_", "").lower().replace("aa", "") == simple or "crank" in simple
-
-
 # ------------------------------------------------------------------ native MuJoCo
-pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not installed (pip install -e ".[sim2real]")')
-
 from envs import t1_lowdim  # noqa: E402
 from sim2real import deploy, sim2sim  # noqa: E402
 
@@ -136,6 +52,16 @@ def test_model_is_built_from_the_control_settings():
     assert tuple(model.jnt_actfrcrange[model.joint("Left_Knee_Pitch").id]) == (-60.0, 60.0)
     assert model.dof_damping[6:].max() == 0.0  # all damping is the PD loop's
     assert model.opt.timestep == 0.002
+    # targets beyond a joint's range reach the PD loop unclipped, as on the robot
+    import mujoco
+
+    assert model.actuator_ctrllimited.max() == 0
+    data = mujoco.MjData(model)
+    ankle = model.actuator("Left_Ankle_Pitch").id  # range [-0.87, 0.35], kp 50
+    data.qpos[model.joint("Left_Ankle_Pitch").qposadr[0]] = 0.3
+    data.ctrl[ankle] = 0.6
+    mujoco.mj_forward(model, data)
+    assert data.actuator_force[ankle] == pytest.approx(50.0 * 0.3)
     rough = t1_lowdim.build_mj_model("rough", control)
     assert rough.geom("floor").type == 1 and rough.actuator_gainprm[14, 0] == 123.0  # a height field
 
@@ -151,9 +77,23 @@ def test_gains_that_differ_from_training_are_flagged():
     assert sim2sim.deploy_mismatches(bundle) == []
     bundle.deploy_yaml["common"]["stiffness"][17] = 150.0
     bundle.deploy_yaml["policy"]["gait_frequency"] = 2.0
+    bundle.deploy_yaml["policy"]["normalization"]["dof_vel"] = 0.05
+    bundle.deploy_yaml["mech"]["parallel_mech_indexes"] = [15, 16]
     problems = sim2sim.deploy_mismatches(bundle)
     assert any("stiffness of Right_Hip_Pitch (SDK 17): trained with 200.0" in p for p in problems)
     assert any("gait_frequency 2.0" in p for p in problems)
+    assert any("normalization.dof_vel: the policy was trained with 0.1" in p for p in problems)
+    assert any("parallel_mech_indexes" in p for p in problems)
+    assert len(problems) == 4
+
+
+def test_rates_the_bundle_cannot_carry_are_refused():
+    with pytest.raises(ValueError, match="action_repeat"):
+        t1_lowdim.deploy_spec({"action_repeat": 2})
+    with pytest.raises(ValueError, match="control.sim_dt"):
+        t1_lowdim.deploy_spec({"ctrl_dt": 0.04})
+    spec = t1_lowdim.deploy_spec({"control": {"decimation": 20}})
+    assert spec.control.ctrl_dt == pytest.approx(0.04) and spec.deploy_yaml()["policy"]["control"]["decimation"] == 20
 
 
 def _disturbed_robot(seed: int = 0) -> tuple[sim2sim.T1Robot, np.ndarray, np.ndarray]:
@@ -233,6 +173,36 @@ def test_training_observation_equals_the_sim2sim_observation_of_the_same_state(e
         assert np.abs(ctrl[11:] - np.asarray(t1.DEFAULT_POSE)[11:]).max() > 1e-3
 
 
+def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset(env):
+    import jax.numpy as jnp
+
+    env.reset(seed=5)
+    env._time_limit = jnp.int32(3)  # every episode times out at its third step
+    try:
+        for step in range(3):
+            _, _, dones, extras = env.step(torch.zeros(2, 12))
+            signals = env.gait_signals()
+            state = env._carry.state
+            if step < 2:
+                assert not dones.any()
+                np.testing.assert_allclose(signals["base_height"].numpy(), np.asarray(state.data.qpos[:, 2]))
+                np.testing.assert_allclose(signals["joint_pos"].numpy(), np.asarray(state.data.qpos[:, 7:]))
+                np.testing.assert_allclose(signals["command"].numpy(), np.asarray(state.info["command"]))
+    finally:
+        env._time_limit = jnp.int32(env.max_episode_steps)
+    assert dones.all()
+    final_height = extras["final_observations"]["critic"][:, 50]  # privileged: 47 actor + 3 velocity, then height
+    np.testing.assert_allclose(signals["base_height"].numpy(), final_height.numpy(), atol=1e-6)
+    assert not np.allclose(signals["base_pos_xy"].numpy(), np.asarray(state.data.qpos[:, :2]))  # not the reset state
+    shapes = {key: tuple(value.shape) for key, value in signals.items() if isinstance(value, torch.Tensor)}
+    assert shapes["foot_vel_xy"] == (2, 2, 2) and shapes["foot_contact"] == (2, 2)
+    assert shapes["torques"] == shapes["joint_vel"] == (2, 23) and shapes["torque_limits"] == (23,)
+    assert shapes["joint_limits"] == (23, 2) and signals["dt"] == pytest.approx(0.02)
+    assert signals["torque_limits"][11:17].tolist() == [60, 25, 30, 60, 24, 15]
+    assert signals["base_height_target"] == pytest.approx(0.65)
+    np.testing.assert_allclose(signals["projected_gravity"][:, 2].numpy(), -1.0, atol=0.1)  # still upright
+
+
 def test_domain_randomisation_varies_each_switched_on_kind_per_env(env):
     import jax
 
@@ -249,6 +219,33 @@ def test_domain_randomisation_varies_each_switched_on_kind_per_env(env):
                                                                "randomization.joint_offsets": False})
     _, axes = off.domain_randomize(off.mjx_model, keys)
     assert axes.actuator_gainprm is None and axes.geom_friction == 0
+
+
+def test_encoder_offsets_shift_the_pd_loop_and_the_observation_alike(env):
+    """A randomised encoder offset δ: the PD loop acts on q + δ (bias = -kp·δ) and the policy
+    observes q + δ, as on a robot whose encoders are off by δ."""
+    import jax
+
+    inner = env._compiled.env
+    models, axes = inner.domain_randomize(inner.mjx_model, jax.random.split(jax.random.PRNGKey(1), 2))
+    first = jax.tree_util.tree_map(lambda axis, x: x if axis is None else x[0], axes, models,
+                                   is_leaf=lambda axis: axis is None)
+    env.reset(seed=2)
+    state = jax.tree_util.tree_map(lambda x: x[0], env._carry.state)
+    original = inner._mjx_model
+    inner._mjx_model = first
+    try:
+        offsets = np.asarray(inner.encoder_offsets())
+        obs = np.asarray(inner._observe(state.data, dict(state.info), inner._contacts(state.data))["state"])
+    finally:
+        inner._mjx_model = original
+    legs = list(t1.LEG_SDK_INDICES)
+    assert np.abs(offsets[legs]).max() > 1e-3 and np.abs(offsets[legs]).max() <= 0.02 + 1e-6
+    np.testing.assert_allclose(offsets[:11], 0.0, atol=1e-7)
+    kp = np.asarray(first.actuator_gainprm[:, 0])
+    np.testing.assert_allclose(np.asarray(first.actuator_biasprm[:, 0]), -kp * offsets, rtol=1e-5, atol=1e-6)
+    measured = np.asarray(state.data.qpos[7:])[legs] + offsets[legs] - np.asarray(t1.DEFAULT_POSE)[legs]
+    np.testing.assert_allclose(obs[11:23], measured, atol=1e-5)  # noiseless env
 
 
 def test_reward_terms_are_named_and_scalable():
@@ -279,6 +276,13 @@ def test_train_export_sim2sim_end_to_end(tmp_path):
     meta = json.loads((bundle / "meta.json").read_text())
     assert meta["deploy"]["source_task"] == TASK and meta["deploy"]["observation"]["size"] == 47
     assert yaml.safe_load((bundle / "T1.yaml").read_text())["common"]["stiffness"][11] == 200.0
+
+    from fast_td3.logging import read_metrics
+
+    evaluation = [r for r in read_metrics(run_dir) if "eval/return_mean" in r][-1]
+    for metric in ("lin_vel_tracking_error", "foot_slip", "torque_saturation_rate", "orientation_error",
+                   "base_height_error", "energy_per_metre", "action_smoothness", "fall_rate"):
+        assert math.isfinite(evaluation[f"eval/gait/{metric}"]), metric
 
     report_file = tmp_path / "sim2sim.json"
     gate = subprocess.run([str(BIN / "fast-td3-sim2sim"), f"bundle={bundle}", "seconds=3", f"report={report_file}"],

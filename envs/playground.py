@@ -259,6 +259,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         axes = domain_randomizer(task, env)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
     reset_one = _batched(env, env.reset, randomized)
     step_one = _batched(env, _repeated(env.step, action_repeat), randomized)
+    gait_signals = jax.vmap(GaitSignals(env).per_step)
 
     def reset(models, keys):
         keys, reset_keys = _split_keys(keys)
@@ -274,6 +275,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         sums = {k: carry.sums[k] + state.metrics[k] for k in carry.sums}
         rewards = state.reward.astype(jnp.float32)
         final_actor, final_critic = _split_observation(state.obs)  # before any reset replaces them
+        gait = gait_signals(state)  # likewise: finished envs report their last state
         keys, reset_keys = _split_keys(carry.keys)
 
         def with_resets(state):
@@ -286,10 +288,89 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         carry = _Carry(state, jnp.where(keep, steps, 0), {k: jnp.where(keep, v, 0.0) for k, v in sums.items()}, keys)
         # one [metrics, envs] array in sorted-name order: one DLPack hand-over per step, not one per metric
         stacked_sums = jnp.stack([sums[k] for k in sorted(sums)]) if sums else jnp.zeros((0, dones.shape[0]))
-        outputs = (rewards, dones, time_outs, final_actor, final_critic, stacked_sums)
+        outputs = (rewards, dones, time_outs, final_actor, final_critic, stacked_sums, gait)
         return _strong(carry), outputs
 
     return _Compiled(env, jax.jit(reset), jax.jit(step))
+
+
+class GaitSignals:
+    """What the gait metrics read from a Playground state (`fast_td3/gait_metrics.py` names).
+
+    For tasks whose model starts with a free joint (humanoids, quadrupeds, DM Control's
+    walkers): the base's heading-frame velocity, yaw rate, height, position and projected
+    gravity; the hinge joints' positions and limits; actuator torques, their limits and the
+    actuated joints' velocities; the command where the task keeps one in `info["command"]`;
+    and whatever the env adds itself through `gait_signals(data, info)` (feet, for
+    `envs/t1_lowdim.py`).
+    """
+
+    def __init__(self, env) -> None:
+        import mujoco
+
+        self.env = env
+        model = env.mj_model
+        kinds = mujoco.mjtJoint
+        self.floating = model.njnt > 0 and int(model.jnt_type[0]) == int(kinds.mjJNT_FREE)
+        hinge = [j for j in range(1, model.njnt)
+                 if int(model.jnt_type[j]) in (int(kinds.mjJNT_HINGE), int(kinds.mjJNT_SLIDE))]
+        self.joint_qpos = np.array([model.jnt_qposadr[j] for j in hinge], dtype=np.int32)
+        limited = np.array([bool(model.jnt_limited[j]) for j in hinge])
+        ranges = np.array([model.jnt_range[j] for j in hinge]).reshape(-1, 2)
+        self.joint_limits = np.where(limited[:, None], ranges, [-np.inf, np.inf]).astype(np.float32)
+        joint_actuators = [a for a in range(model.nu) if int(model.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_JOINT)]
+        self.torques_known = model.nu > 0 and len(joint_actuators) == model.nu
+        self.actuated_dofs = np.array([model.jnt_dofadr[model.actuator_trnid[a, 0]] for a in joint_actuators],
+                                      dtype=np.int32)
+        limits = []
+        for a in joint_actuators:
+            joint = model.actuator_trnid[a, 0]
+            if model.actuator_forcelimited[a]:
+                limits.append(np.abs(model.actuator_forcerange[a]).max())
+            elif model.jnt_actfrclimited[joint]:
+                limits.append(np.abs(model.jnt_actfrcrange[joint]).max())
+            else:
+                limits.append(np.nan)
+        self.torque_limits = np.array(limits, dtype=np.float32)
+
+    def per_step(self, state) -> dict[str, jax.Array]:
+        if not self.floating:
+            return {}
+        data = state.data
+        w, x, y, z = (data.qpos[3 + i] / jnp.linalg.norm(data.qpos[3:7]) for i in range(4))
+        yaw = jnp.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+        vx, vy = data.qvel[0], data.qvel[1]  # world frame
+        signals = {
+            "base_lin_vel_xy": jnp.stack([jnp.cos(yaw) * vx + jnp.sin(yaw) * vy,
+                                          -jnp.sin(yaw) * vx + jnp.cos(yaw) * vy]),
+            "base_ang_vel_z": data.qvel[5],  # the free joint's angular velocity is in the base frame
+            "base_height": data.qpos[2],
+            "base_pos_xy": data.qpos[0:2],
+            "projected_gravity": -jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
+            "joint_pos": data.qpos[self.joint_qpos],
+        }
+        if self.torques_known:
+            signals["torques"] = data.actuator_force
+            signals["joint_vel"] = data.qvel[self.actuated_dofs]
+        command = state.info.get("command") if isinstance(state.info, dict) else None
+        if command is not None and command.shape == (3,):
+            signals["command"] = command
+        if hasattr(self.env, "gait_signals"):
+            signals.update(self.env.gait_signals(data, state.info))
+        return signals
+
+    def static(self, action_repeat: int) -> dict[str, Any]:
+        if not self.floating:
+            return {}
+        static: dict[str, Any] = {"joint_limits": torch.from_numpy(self.joint_limits),
+                                  "dt": float(self.env.dt) * action_repeat}
+        if self.torques_known and np.isfinite(self.torque_limits).all():
+            static["torque_limits"] = torch.from_numpy(self.torque_limits)
+        config = getattr(self.env, "_config", None)
+        target = config.get("reward_config", {}).get("base_height_target") if config is not None else None
+        if target is not None:
+            static["base_height_target"] = float(target)
+        return static
 
 
 def _repeated(step: Callable, times: int) -> Callable:
@@ -415,6 +496,7 @@ class PlaygroundVecEnv:
         self.resolved_options = {"backend": "mjx"}
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._carry: _Carry | None = None
+        self._gait: dict[str, jax.Array] | None = None
         self._renderer = None
 
     # --------------------------------------------------------------- contract
@@ -442,7 +524,7 @@ class PlaygroundVecEnv:
         if self._carry is None:
             raise RuntimeError("call reset() before step()")
         actions_jax = to_jax(actions.detach().to(self.device, torch.float32).contiguous())
-        self._carry, (rewards, dones, time_outs, final_actor, final_critic, sums) = self._compiled.step(
+        self._carry, (rewards, dones, time_outs, final_actor, final_critic, sums, self._gait) = self._compiled.step(
             self._models, self._carry, actions_jax, self._time_limit)
         actor, critic = _split_observation(self._carry.state.obs)
         obs = _torch(actor)
@@ -456,6 +538,16 @@ class PlaygroundVecEnv:
             extras[OBSERVATIONS][CRITIC] = _torch(critic)
             extras[FINAL_OBSERVATIONS][CRITIC] = _torch(final_critic)
         return obs, _torch(rewards), _torch(dones), extras
+
+    def gait_signals(self) -> dict[str, Any]:
+        """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`): the floating
+        base, joints and torques of locomotion tasks, plus feet where the task names them; rows
+        of envs that finished describe their last state before the reset. Empty for tasks
+        without a floating base."""
+        if self._gait is None:
+            return {}
+        return {**{key: _torch(value) for key, value in self._gait.items()},
+                **GaitSignals(self._compiled.env).static(self.action_repeat)}
 
     def close(self) -> None:
         if self._renderer is not None:

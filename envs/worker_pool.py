@@ -11,6 +11,10 @@ step costs one small pipe message per worker, not one per env. `SubprocPool` is 
 reference runs HumanoidBench. On 2 cores the shared-memory pool beat a process per env
 for every task we measured; in-process stepping is faster still for cheap envs (see
 scripts/bench_envs.py).
+
+Every backend also has `call(name)`: each env's method `name()` (found through its
+wrappers) called where the env lives, the results in env order (HumanoidBench's gait
+signals come back this way).
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ class InProcess:
     def render(self, env_index: int) -> np.ndarray:
         return np.asarray(self._vec.envs[env_index].render())
 
+    def call(self, name: str) -> list[Any]:
+        """Every env's method `name()` (looked up through its wrappers), in env order."""
+        return list(self._vec.call(name))
+
     def close(self) -> None:
         self._vec.close()
 
@@ -110,6 +118,8 @@ def _worker(conn, parent_ends, make_env: EnvFactory, lo: int, hi: int, raw: dict
                 conn.send(("ok", None))
             elif command == "render":
                 conn.send(("ok", np.asarray(vec.envs[arg].render())))
+            elif command == "call":
+                conn.send(("ok", list(vec.call(arg))))
             elif command == "close":
                 vec.close()
                 conn.send(("ok", None))
@@ -232,6 +242,13 @@ class WorkerPool:
                 return frame
         raise IndexError(env_index)
 
+    def call(self, name: str) -> list[Any]:
+        """Every env's method `name()`, called in its worker (one pipe round trip per
+        worker; the results are pickled back), in env order."""
+        for conn in self._conns:
+            conn.send(("call", name))
+        return [result for shard in self._collect() for result in shard]
+
     def close(self) -> None:
         """Ask every worker to close its envs; kill those that do not answer in time."""
         if self._closed:
@@ -324,6 +341,11 @@ class SubprocPool:
 
     def render(self, env_index: int) -> np.ndarray:
         return np.asarray(self._vec.env_method("render", indices=[env_index])[0])
+
+    def call(self, name: str) -> list[Any]:
+        """Every env's method `name()`, called in its process (SB3's `env_method`, which
+        looks it up through the wrappers), in env order."""
+        return list(self._vec.env_method(name))
 
     def close(self) -> None:
         """SB3's close, then SIGKILL for any worker it could not reach (a dead pipe)."""

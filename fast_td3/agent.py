@@ -296,6 +296,27 @@ class FastTD3(nn.Module):
             return self.actor(self.obs_normalizer(obs)).float()
 
     @torch.no_grad()
+    def value(self, obs: torch.Tensor, critic_obs: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
+        """The critic's expected return `[N]` of raw observations and actions, in reward units:
+        the smaller twin head with `use_cdq` (what the actor maximises), else the heads' mean;
+        times the reward normaliser's scale when rewards are normalised."""
+        with self._autocast():
+            if self.num_critic_obs is not None:
+                inputs = self.critic_obs_normalizer(critic_obs)
+            else:
+                inputs = self.obs_normalizer(obs)
+            q = self.critic.expected_value(self.critic(inputs, actions))
+        q = q.min(dim=0).values if self.cfg.use_cdq else q.mean(dim=0)
+        if self.reward_normalizer is not None:
+            q = q * self.reward_normalizer.scale()
+        return q.float()
+
+    @property
+    def value_reduction(self) -> str:
+        """How `value` combines the twin heads: 'min' or 'mean'."""
+        return "min" if self.cfg.use_cdq else "mean"
+
+    @torch.no_grad()
     def update_normalizers(
         self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None,
         rewards: torch.Tensor | None = None, dones: torch.Tensor | None = None,

@@ -7,14 +7,19 @@ the same policy see the same initial states and their returns are comparable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from envs.protocol import VecEnv
+from envs.protocol import FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
+TRANSITION_KEYS = ("t", "obs", "critic_obs", "actions", "rewards", "dones", "time_outs", "final_observations", "valid")
+"""What `run_episodes` passes to `on_transition` after step t: the observations the policy
+acted on (critic_obs None when symmetric), its actions, the step's rewards, dones,
+time-outs and final observations (as in the env contract), and which envs were still in
+their first episode before the step."""
 
 
 def eval_seed(run_seed: int) -> int:
@@ -28,6 +33,7 @@ def run_episodes(
     policy: Policy,
     seed: int,
     on_step: Callable[[int], None] | None = None,
+    on_transition: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, torch.Tensor]:
     """One episode per env from `reset(seed)`; returns per-episode `returns` and `lengths`.
 
@@ -35,15 +41,25 @@ def run_episodes(
     env's first episode ended are not counted. `on_step(t)` is called before step t, while
     the envs show the state the policy acts on (e.g. to grab video frames: the first
     `lengths[i]` frames of env i are its episode; after that it has auto-reset).
+    `on_transition(step)` is called after step t with a dict of the transition (see
+    `TRANSITION_KEYS`); `valid` marks the envs still in their first episode before it.
     """
-    obs, _ = env.reset(seed=seed)
+    obs, extras = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, device=env.device)
     lengths = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
     active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     for t in range(env.max_episode_steps):
         if on_step is not None:
             on_step(t)
-        obs, rewards, dones, _ = env.step(policy(obs))
+        actions = policy(obs)
+        next_obs, rewards, dones, next_extras = env.step(actions)
+        if on_transition is not None:
+            on_transition({
+                "t": t, "obs": obs, "critic_obs": critic_observations(obs, extras), "actions": actions,
+                "rewards": rewards, "dones": dones, "time_outs": next_extras[TIME_OUTS],
+                "final_observations": next_extras[FINAL_OBSERVATIONS], "valid": active.clone(),
+            })
+        obs, extras = next_obs, next_extras
         returns += rewards * active
         lengths += active.long()
         active &= ~dones
@@ -70,3 +86,38 @@ def write_video(frames: list, path: Path, fps: int) -> None:
         raise ImportError('writing videos needs imageio: pip install -e ".[video]"') from None
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimsave(path, frames, fps=fps)
+
+
+class EvalTrace:
+    """Per-step records of one evaluation (tensors with a leading env dimension), stacked to
+    `[T, E, ...]` at the end; `gait` holds the env's `gait_signals()` apart, with their static
+    entries (limits, dt) kept once in `gait_static`."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, torch.Tensor]] = []
+        self.gait: list[dict[str, torch.Tensor]] = []
+        self.gait_static: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def append(self, record: dict[str, torch.Tensor], gait: dict[str, torch.Tensor] | None = None) -> None:
+        self.steps.append(record)
+        if gait is not None:
+            self.gait.append(gait)
+
+    @staticmethod
+    def _stack(steps: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        if not steps:
+            return {}
+        keys = [k for k in steps[0] if all(k in s for s in steps)]  # a key missing at some step is dropped
+        return {k: torch.stack([s[k] for s in steps]) for k in keys}
+
+    def stacked(self) -> dict[str, torch.Tensor]:
+        return self._stack(self.steps)
+
+    def gait_stacked(self) -> dict[str, torch.Tensor]:
+        """Per-step gait signals `[T, E, ...]` (only if every step had them) plus the static ones."""
+        if len(self.gait) != len(self.steps):
+            return {}
+        return {**self._stack(self.gait), **self.gait_static}

@@ -25,11 +25,13 @@ from tensordict import TensorDict
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 from fast_td3 import checkpoint as ckpt
 from fast_td3 import distributed
+from fast_td3 import gait_metrics as gm
 from fast_td3 import replay as keys
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
-from fast_td3.evaluation import eval_seed, run_episodes, summarize, write_video
+from fast_td3.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
+from fast_td3.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
 from fast_td3.exploration import PerEnvGaussianNoise
 from fast_td3.logging import MetricsLogger
 from fast_td3.replay import ReplayBuffer
@@ -406,8 +408,12 @@ class Runner:
 
         frames: list = []
         on_step = (lambda t: frames.append(env.render(0))) if self.cfg.eval_video and self.ranks.is_main else None
-        episodes = run_episodes(env, policy, eval_seed(self.seed), on_step)
+        trace = EvalTrace() if self.ranks.is_main else None  # gait metrics and diagnostics: rank 0's episodes
+        on_transition = None if trace is None else (lambda step: self._record_eval_step(env, step, trace))
+        episodes = run_episodes(env, policy, eval_seed(self.seed), on_step, on_transition)
         results = summarize(distributed.gather_episodes(episodes, self.ranks))  # every rank's episodes
+        if trace:
+            results.update(self._eval_diagnostics(trace))
         self.last_eval = results
         if self._logger is not None:
             self._logger.log(self.global_step, results)
@@ -416,6 +422,59 @@ class Runner:
             write_video(frames[: int(episodes["lengths"][0])], path, VIDEO_FPS)
             if self._logger is not None:
                 self._logger.log_video(self.global_step, path)
+        return results
+
+    def _record_eval_step(self, env: VecEnv, step: dict[str, Any], trace: EvalTrace) -> None:
+        """Keep what the diagnostics need of one eval step, on the learner's device (no host sync):
+        actions, rewards, episode ends, the critic's value of the step, and the value of the final
+        observation where a time-out cuts the episode (what the critic's own target bootstraps from)."""
+        agent, to = self.agent, self._to_device
+        obs, actions = to(step["obs"]), to(step["actions"])
+        dones, time_outs = to(step["dones"]).bool(), to(step["time_outs"]).bool()
+        record = {
+            "actions": actions.float(), "rewards": to(step["rewards"]).float(), "dones": dones,
+            "terminated": dones & ~time_outs, "valid": to(step["valid"]),
+            "q_pred": agent.value(obs, to(step["critic_obs"]), actions),
+        }
+        if self.cfg.algo.disable_bootstrap:
+            record["bootstrap"] = torch.zeros_like(record["q_pred"])
+        else:
+            final = step["final_observations"]
+            final_obs = to(final[ACTOR])
+            tail = agent.value(final_obs, to(final.get(CRITIC)), agent.act(final_obs))
+            record["bootstrap"] = torch.where(time_outs, tail, 0.0)
+        gait = None
+        hook = getattr(env, gm.GAIT_SIGNALS_HOOK, None)
+        if callable(hook):
+            gait = {}
+            for key, value in hook().items():
+                if key in gm.STATIC_KEYS:
+                    trace.gait_static.setdefault(key, to(value) if isinstance(value, torch.Tensor) else value)
+                else:
+                    gait[key] = to(torch.as_tensor(value))
+        trace.append(record, gait)
+
+    def _eval_diagnostics(self, trace: EvalTrace) -> dict[str, float]:
+        """Gait metrics and critic calibration of the recorded eval episodes (logged as
+        eval/gait/<metric> and eval/critic/<stat>); the per-step samples go to
+        diagnostics/eval_step_<N>.npz in the run folder."""
+        data = trace.stacked()
+        valid = data["valid"].bool()
+        mc_return = discounted_returns(data["rewards"], data["dones"], self.cfg.algo.gamma, data["bootstrap"])
+        traj = {**trace.gait_stacked(), gm.ACTIONS: data["actions"], gm.TERMINATED: data["terminated"],
+                gm.DONES: data["dones"], gm.VALID: valid}
+        results = {f"eval/gait/{name}": value for name, value in gm.gait_metrics(traj).items()}
+        by_episode = valid.T  # [E, T]: samples ordered by episode, then time
+        episode, t = torch.nonzero(by_episode, as_tuple=True)
+        q_pred, mc = data["q_pred"].T[by_episode], mc_return.T[by_episode]
+        results.update({f"eval/critic/{k}": v for k, v in critic_calibration(q_pred, mc).items()})
+        save_eval_diagnostics(
+            diagnostics_path(self.run_dir, self.global_step),
+            actions=data["actions"].transpose(0, 1)[by_episode], q_pred=q_pred, mc_return=mc,
+            rewards=data["rewards"].T[by_episode], episode=episode, t=t, global_step=self.global_step,
+            gamma=self.cfg.algo.gamma, q_reduction=self.agent.value_reduction,
+            reward_scaled=bool(self.cfg.env.reward_scales),
+        )
         return results
 
     # ================================================================ checkpoints

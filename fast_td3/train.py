@@ -33,6 +33,7 @@ from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVED_CONFIG = "config.yaml"
+OVERRIDES_FILE = "overrides.yaml"
 # Errors a user can act on from their message alone: printed without a traceback.
 USER_ERRORS = (
     ConfigError, MissingSuiteError, UnknownTaskError, NonFiniteObservationError,
@@ -85,6 +86,24 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
 def record_config(cfg: DictConfig, run_dir: Path) -> None:
     """The run's merged config, which resumes start from."""
     atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None:
+    """overrides.yaml in the run folder: the command-line overrides (Hydra's task overrides,
+    as Hydra received them) that made this run, e.g. one point of a sweep. A resume keeps the
+    original list and replaces or adds the keys it overrides (its `resume=` is left out)."""
+    path = run_dir / OVERRIDES_FILE
+    current = [str(o) for o in overrides]
+    if resumed:
+        new = [o for o in current if _override_key(o) != "resume"]
+        previous = [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
+        changed = {_override_key(o) for o in new}
+        current = [o for o in previous if _override_key(o) not in changed] + new
+    atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(current)).encode()))
 
 
 def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context = distributed.SINGLE) -> dict[str, float]:
@@ -151,6 +170,7 @@ def main(cfg: DictConfig) -> float | None:
         if ranks.is_main:
             # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
             record_config(cfg, run_dir)
+            record_overrides(run_dir, list(hydra_cfg.overrides.task), resumed=bool(cfg.resume))
         full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
         if full_size and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
             print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
@@ -262,6 +282,9 @@ HELP = """fast-td3-train: train FastTD3 on one task (Hydra; overrides are key=va
 
   fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
   fast-td3-train -m task=Hopper-v5,Walker2d-v5 seed=1,2      sweep (one run after another)
+  fast-td3-train -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2
+                                                             2 runs at a time (pip install hydra-joblib-launcher)
+  fast-td3-report runs/sweeps/<sweep>                        compare a sweep's runs in one HTML page
   fast-td3-train resume=runs/<task>/<run> [total_steps=N]    continue a run
   fast-td3-train --cfg job [overrides]                       print the composed config
   fast-td3-train --hydra-help                                Hydra's own options

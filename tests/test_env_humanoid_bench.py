@@ -21,8 +21,9 @@ from hydra import compose, initialize_config_dir
 
 import test_env_gymnasium
 from env_conformance import assert_step_identically
-from envs.humanoid_bench import HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
-from envs.protocol import derive_env_seeds
+from envs.humanoid_bench import GaitSignals, HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
+from envs.protocol import ACTOR, FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from fast_td3 import gait_metrics as gm
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
 from fast_td3.train import CONF_DIR, check_command_line
 
@@ -274,6 +275,153 @@ def test_reward_scales_are_refused():
         make("h1hand-walk-v0", 1, reward_scales={"move": 2.0})
 
 
+# --------------------------------------------------------------- gait signals (the eval-env hook)
+PER_STEP_SHAPES = {  # key: shape after the env dimension (J: actuators, F: feet)
+    gm.BASE_LIN_VEL_XY: (2,), gm.BASE_ANG_VEL_Z: (), gm.BASE_HEIGHT: (), gm.BASE_POS_XY: (2,),
+    gm.PROJECTED_GRAVITY: (3,), gm.TORQUES: ("J",), gm.JOINT_POS: ("J",), gm.JOINT_VEL: ("J",),
+}
+FEET_SHAPES = {gm.FOOT_VEL_XY: ("F", 2), gm.FOOT_CONTACT: ("F",)}
+
+
+def check_gait_signal_shapes(signals, num_envs, num_joints, feet=0):
+    """The documented keys, with a leading env dimension except the static ones."""
+    shapes = {**PER_STEP_SHAPES, **(FEET_SHAPES if feet else {})}
+    assert set(signals) == set(shapes) | {gm.TORQUE_LIMITS, gm.JOINT_LIMITS, gm.DT}
+    sizes = {"J": num_joints, "F": feet}
+    for key, shape in shapes.items():
+        assert signals[key].shape == (num_envs, *(sizes.get(n, n) for n in shape)), key
+        assert signals[key].dtype == (torch.bool if key == gm.FOOT_CONTACT else torch.float32), key
+    assert signals[gm.TORQUE_LIMITS].shape == (num_joints,) and (signals[gm.TORQUE_LIMITS] > 0).all()
+    assert signals[gm.JOINT_LIMITS].shape == (num_joints, 2)
+    assert (signals[gm.JOINT_LIMITS][:, 0] <= signals[gm.JOINT_LIMITS][:, 1]).all()
+    assert isinstance(signals[gm.DT], float)
+
+
+def humanoid_v5_joints():
+    """Humanoid-v5's actuated joints, in actuator order: their observation indices (position
+    and velocity: the observation starts with qpos[2:], then qvel), ranges, and the gears."""
+    model = gym.make(GENERIC).unwrapped.model
+    joints = model.actuator_trnid[:, 0]
+    return model.jnt_qposadr[joints] - 2, model.nq - 2 + model.jnt_dofadr[joints], model.jnt_range[joints], \
+        model.actuator_gear[:, 0]
+
+
+def projected_gravity_of(quat):
+    """World -z in the frame of the (w, x, y, z) quaternions `quat` [N, 4]: minus the third row
+    of their rotation matrices."""
+    w, x, y, z = (quat / quat.norm(dim=-1, keepdim=True)).double().unbind(-1)
+    return -torch.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1)
+
+
+@pytest.mark.parametrize("vectorization", ["processes", "subproc"])
+def test_gait_signals_have_the_documented_keys_shapes_and_values(vectorization):
+    """Humanoid-v5 through the adapter: an upright torso at its starting height, the model's
+    joint ranges and torque limits (ctrlrange 0.4 x gear), its control step."""
+    pos_index, _, ranges, gears = humanoid_v5_joints()
+    env = generic(3, seed=2, vectorization=vectorization)
+    try:
+        env.reset()
+        obs = env.step(torch.zeros(3, env.num_actions))[0]
+        signals = env.gait_signals()
+        check_gait_signal_shapes(signals, 3, 17)
+        upright = torch.tensor([[0.0, 0.0, -1.0]] * 3)
+        torch.testing.assert_close(signals[gm.PROJECTED_GRAVITY], upright, atol=0.05, rtol=0)
+        assert torch.equal(signals[gm.BASE_HEIGHT], obs[:, 0])  # Humanoid-v5's observation starts at the torso's z
+        assert ((signals[gm.BASE_HEIGHT] - 1.4).abs() < 0.05).all()
+        assert torch.equal(signals[gm.JOINT_POS], obs[:, pos_index])
+        assert torch.equal(signals[gm.JOINT_LIMITS], torch.from_numpy(ranges).float())
+        torch.testing.assert_close(signals[gm.TORQUE_LIMITS], torch.from_numpy(0.4 * gears).float())
+        assert signals[gm.DT] == pytest.approx(0.015)
+        assert (signals[gm.TORQUES].abs() < 1e-6).all()  # zero actions: the motors push nothing
+        assert not torch.equal(signals[gm.BASE_POS_XY][0], signals[gm.BASE_POS_XY][1])  # seeds differ per env
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("first_call_at_the_end", [False, True])
+def test_gait_signals_of_finished_envs_describe_the_state_before_the_reset(first_call_at_the_end):
+    """Rows of envs whose episode ended in the step are their final state, as in their final
+    observations, not the reset state in `obs`: with the hook called after every step, and
+    when its very first call comes right after the episode end (the workers read the signals
+    at every episode end until the hook asks for them)."""
+    pos_index, vel_index, _, _ = humanoid_v5_joints()
+    env = generic(4, seed=1, max_episode_steps=3)
+    try:
+        env.reset()
+        for t in range(3):
+            obs, _, dones, extras = env.step(torch.rand(4, env.num_actions) * 2 - 1)
+            signals = None if first_call_at_the_end and t < 2 else env.gait_signals()
+        assert dones.all() and extras[TIME_OUTS].all()
+        final = extras[FINAL_OBSERVATIONS][ACTOR]
+        assert not torch.equal(final, obs)
+        assert torch.equal(signals[gm.BASE_HEIGHT], final[:, 0])
+        torch.testing.assert_close(signals[gm.PROJECTED_GRAVITY], projected_gravity_of(final[:, 1:5]).float())
+        assert torch.equal(signals[gm.JOINT_POS], final[:, pos_index])
+        assert torch.equal(signals[gm.JOINT_VEL], final[:, vel_index])
+        # the next step's rows describe the new episode
+        obs = env.step(torch.zeros(4, env.num_actions))[0]
+        assert torch.equal(env.gait_signals()[gm.BASE_HEIGHT], obs[:, 0])
+    finally:
+        env.close()
+
+
+def test_both_transports_give_identical_gait_signals_and_the_hook_changes_no_step():
+    """Shared-memory workers and SB3's pipes, across episode ends: the same signals, and the
+    same observations as an env whose hook is never called (reading changes no simulation)."""
+    a = generic(4, seed=3, max_episode_steps=5)
+    b = generic(4, seed=3, max_episode_steps=5, vectorization="subproc")
+    c = generic(4, seed=3, max_episode_steps=5)
+    try:
+        for env in (a, b, c):
+            env.reset()
+        g = torch.Generator().manual_seed(0)
+        ends = 0
+        for _ in range(12):
+            actions = torch.rand(4, a.num_actions, generator=g) * 2 - 1
+            (oa, _, da, _), (ob, _, _, _), (oc, _, _, _) = a.step(actions), b.step(actions), c.step(actions)
+            assert torch.equal(oa, ob) and torch.equal(oa, oc)
+            ends += int(da.sum())
+            sa, sb = a.gait_signals(), b.gait_signals()
+            assert set(sa) == set(sb)
+            for key in sa:
+                assert sa[key] == sb[key] if key == gm.DT else torch.equal(sa[key], sb[key]), key
+        assert ends >= 8  # every env ended two episodes (time-outs) or more (falls)
+    finally:
+        for env in (a, b, c):
+            env.close()
+
+
+def test_gait_signals_are_read_every_step_only_once_the_hook_asked():
+    """The training envs never call the hook: their steps read nothing but each episode's end."""
+    env = GaitSignals(gym.make(GENERIC, max_episode_steps=3))
+    reader, reads = env._gait_reader(), []
+    read = reader.read
+    reader.read = lambda: reads.append(1) or read()
+    try:
+        env.reset(seed=0)
+        env.step(np.zeros(17))
+        env.step(np.zeros(17))
+        assert len(reads) == 0
+        *_, truncated, _ = env.step(np.zeros(17))  # the time-out: read before any reset
+        assert truncated and len(reads) == 1
+        z = float(env.unwrapped.data.qpos[2])
+        env.reset(seed=1)  # as the vector env's auto-reset does
+        assert env.gait_signals()[gm.BASE_HEIGHT] == z  # the first call: the finished episode's end
+        env.step(np.zeros(17))
+        env.step(np.zeros(17))
+        assert len(reads) == 3  # from now on, every step
+        assert env.gait_static()[gm.DT] == pytest.approx(0.015)
+    finally:
+        env.close()
+
+
+def test_gait_signals_of_an_env_without_mujoco_are_empty():
+    env = GaitSignals(_GoalFromGlobalNumPy())
+    env.reset(seed=0)
+    env.step(np.zeros(1))
+    assert env.gait_signals() == {} and env.gait_static() == {}
+
+
 # --------------------------------------------------------------- HumanoidBench itself
 @needs_humanoid_bench
 @pytest.mark.parametrize("task", ["h1hand-walk-v0", "h1hand-stand-v0"])
@@ -307,6 +455,81 @@ def test_goals_from_the_global_numpy_generator_follow_the_env_seeds(vectorizatio
         assert torch.equal(env.reset(seed=5)[0][:, goal], first)
     finally:
         env.close()
+
+
+def h1hand_joint_actuators(task):
+    """The actuators of a HumanoidBench robot that drive one joint: their indices, the
+    joints' qpos (= observation) indices and ranges, and the actuators' force ranges."""
+    importlib.import_module("humanoid_bench")  # registers the tasks
+    model = gym.make(task, render_mode=None).unwrapped.model
+    rows = np.flatnonzero(model.actuator_trntype == 0)
+    joints = model.actuator_trnid[rows, 0]
+    return rows, model.jnt_qposadr[joints], model.jnt_range[joints], model.actuator_forcerange[rows]
+
+
+@needs_humanoid_bench
+def test_h1hand_gait_signals_describe_the_robot_and_each_episode_end():
+    """h1hand-walk: 61 actuators (53 joints and 8 tendon-coupled finger pairs), two feet, an
+    upright pelvis at its standing height; its observation is qpos then qvel, so the signals
+    can be checked against the observations, and finished rows against the final ones."""
+    from envs.humanoid_bench import make
+
+    task = "h1hand-walk-v0"
+    rows, qpos_index, ranges, force_ranges = h1hand_joint_actuators(task)
+    env = make(task, num_envs=2, seed=0, num_workers=2, max_episode_steps=3)
+    try:
+        env.reset()
+        steps = []
+        for t in range(6):
+            obs, _, dones, extras = env.step(torch.zeros(2, 61))
+            signals = env.gait_signals()
+            steps.append(signals)
+            state = extras[FINAL_OBSERVATIONS][ACTOR]  # equals obs except at episode ends
+            assert bool(dones.all()) == (t in (2, 5)) and bool(dones.any()) == (t in (2, 5))
+            assert torch.equal(signals[gm.BASE_HEIGHT], state[:, 2])
+            assert torch.equal(signals[gm.BASE_POS_XY], state[:, :2])
+            assert torch.equal(signals[gm.JOINT_POS][:, rows], state[:, qpos_index])
+            torch.testing.assert_close(signals[gm.PROJECTED_GRAVITY], projected_gravity_of(state[:, 3:7]).float())
+            if t == 0:
+                check_gait_signal_shapes(signals, 2, 61, feet=2)
+                assert len(rows) == 53
+                torch.testing.assert_close(signals[gm.PROJECTED_GRAVITY], torch.tensor([[0.0, 0.0, -1.0]] * 2), atol=0.05,
+                                           rtol=0)
+                assert ((signals[gm.BASE_HEIGHT] - 0.98).abs() < 0.05).all()  # the pelvis of the standing keyframe
+                assert signals[gm.DT] == pytest.approx(0.02)
+                assert torch.equal(signals[gm.TORQUE_LIMITS][rows], torch.from_numpy(force_ranges[:, 1]).float())
+                assert torch.equal(signals[gm.JOINT_LIMITS][rows], torch.from_numpy(ranges).float())
+                tendons = np.setdiff1d(np.arange(61), rows)
+                assert torch.isinf(signals[gm.JOINT_LIMITS][tendons]).all()  # HumanoidBench leaves them unlimited
+        assert not torch.equal(state, obs)
+        traj = {key: torch.stack([s[key] for s in steps]) for key in steps[0] if key not in gm.STATIC_KEYS}
+        traj.update({key: steps[0][key] for key in gm.STATIC_KEYS if key in steps[0]})
+        metrics = gm.gait_metrics(traj)
+        assert set(metrics) == {"torque_saturation_rate", "joint_limit_violation_rate", "foot_slip",
+                                "orientation_error", "energy_per_metre"}
+        assert all(np.isfinite(value) for value in metrics.values()), metrics
+    finally:
+        env.close()
+
+
+@needs_humanoid_bench
+def test_h1hand_gait_signals_are_the_same_through_both_transports():
+    from envs.humanoid_bench import make
+
+    a = make("h1hand-walk-v0", num_envs=2, seed=4, num_workers=2, max_episode_steps=3)
+    b = make("h1hand-walk-v0", num_envs=2, seed=4, vectorization="subproc", max_episode_steps=3)
+    try:
+        a.reset(), b.reset()
+        g = torch.Generator().manual_seed(0)
+        for _ in range(4):  # across the time-out at step 3
+            actions = torch.rand(2, 61, generator=g) * 2 - 1
+            assert torch.equal(a.step(actions)[0], b.step(actions)[0])
+            sa, sb = a.gait_signals(), b.gait_signals()
+            assert set(sa) == set(sb) and len(sa) == 13
+            for key in sa:
+                assert sa[key] == sb[key] if key == gm.DT else torch.equal(sa[key], sb[key]), key
+    finally:
+        a.close(), b.close()
 
 
 @needs_humanoid_bench
@@ -358,6 +581,8 @@ def test_a_short_training_run_starts_logs_and_films_its_evaluation(tmp_path):
     assert "HumanoidBenchVecEnv('h1hand-walk-v0', num_envs=4, vectorization='processes')" in result.stdout
     records = read_metrics(tmp_path / "run")
     assert any("eval/return_mean" in r for r in records)
+    # gait metrics from the eval env's gait_signals() hook
+    assert any("eval/gait/foot_slip" in r and "eval/gait/energy_per_metre" in r for r in records)
     assert any("train/episode_return" in r for r in records)  # 20-step episodes ended and were logged
     (video,) = (tmp_path / "run" / "videos").glob("*.mp4")
     frames = imageio.imread(video, index=None)

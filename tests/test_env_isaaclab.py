@@ -19,7 +19,8 @@ from env_conformance import EnvContractTests
 from envs.isaaclab import IsaacLabVecEnv, adapter_over
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
 from envs.registry import EnvOptionError
-from fake_isaaclab import FakeEnvCfg, FakeManagerBasedRLEnv, SceneCfg, point_mass_step
+from fake_isaaclab import (BASE_HEIGHT, GAIN, LIMIT, FakeEnvCfg, FakeManagerBasedRLEnv, RewardTermCfg, SceneCfg,
+                           point_mass_step)
 from fast_td3.config import EnvConfig
 from fast_td3.logging import read_metrics
 from helpers import tiny_train_config
@@ -369,3 +370,223 @@ def test_runner_trains_on_the_fake_and_checkpoints(tmp_path):
     assert final["eval/episodes"] == 2 and math.isfinite(final["eval/return_mean"])
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1].endswith("40.pt")
     assert read_metrics(tmp_path)[-1]["step"] == 40
+
+
+# ------------------------------------------------------------------ gait signals
+PER_STEP_KEYS = {"base_height", "base_pos_xy", "projected_gravity", "base_lin_vel_xy", "base_ang_vel_z", "command",
+                 "joint_pos", "joint_vel", "torques"}
+
+
+def steps_until_env_0_ends(env, fake, call_hook=True, limit=200):
+    """Drive env 0 out of the square (the others hold still) until it ends; returns the
+    transition of that step, the hook's signals of every step, and the command before each."""
+    actions = torch.zeros(4, 2)
+    actions[0] = 1.0
+    signals, commands = [], []
+    for _ in range(limit):
+        commands.append(fake.command_manager.get_command("base_velocity").clone())
+        obs, _, dones, extras = env.step(actions)
+        signals.append(env.gait_signals() if call_hook or dones.any() else None)
+        if dones.any():
+            return obs, dones, extras, signals, commands
+    raise AssertionError("env 0 never ended")
+
+
+@pytest.mark.parametrize("auto_reset", [None, True])
+def test_gait_signals_are_the_robots_data_of_the_step(auto_reset):
+    made = []
+    env = fake_adapter(auto_reset=auto_reset, made=made, max_episode_steps=50)
+    fake, data = made[0], made[0].robot.data
+    env.reset()
+    command = fake.command_manager.get_command("base_velocity").clone()
+    actions = torch.tensor([[0.5, -0.25], [0.0, 1.0], [-1.0, 0.0], [0.0, 0.0]])
+    env.step(actions)
+    signals = env.gait_signals()
+    assert set(signals) == PER_STEP_KEYS | {"dt", "joint_limits", "torque_limits"}
+    torch.testing.assert_close(signals["base_height"], torch.full((4,), BASE_HEIGHT))
+    torch.testing.assert_close(signals["base_pos_xy"], fake.state[:, :2])
+    torch.testing.assert_close(signals["projected_gravity"], torch.tensor([[0.0, 0.0, -1.0]] * 4))
+    speed = fake.state[:, 2:4].norm(dim=1)  # the fake faces its velocity: (speed, 0) in the heading frame
+    torch.testing.assert_close(signals["base_lin_vel_xy"], torch.stack([speed, torch.zeros(4)], dim=1))
+    torch.testing.assert_close(signals["base_ang_vel_z"], data.root_link_ang_vel_w[:, 2])
+    assert signals["base_ang_vel_z"][3] == 0 and signals["base_ang_vel_z"][:3].abs().max() > 0
+    torch.testing.assert_close(signals["joint_pos"], fake.state[:, :2])
+    torch.testing.assert_close(signals["joint_vel"], fake.state[:, 2:4])
+    torch.testing.assert_close(signals["torques"], GAIN * actions)
+    # the command in force during the step, not the one the env computed after it
+    torch.testing.assert_close(signals["command"], command)
+    assert not torch.equal(fake.command_manager.get_command("base_velocity"), command)
+    assert signals["dt"] == pytest.approx(0.02)
+    torch.testing.assert_close(signals["joint_limits"], torch.tensor([[-LIMIT, LIMIT]] * 2))
+    torch.testing.assert_close(signals["torque_limits"], torch.tensor([GAIN, GAIN]))
+    kept = {key: value.clone() for key, value in signals.items() if isinstance(value, torch.Tensor)}
+    env.step(torch.ones(4, 2))  # the env rewrites its buffers in place; what the hook returned stays
+    assert all(torch.equal(signals[key], value) for key, value in kept.items())
+
+
+def test_the_base_velocity_is_rotated_into_the_heading_frame():
+    made = []
+    env = fake_adapter(made=made)
+    data = made[0].robot.data
+    env.reset()
+    env.step(torch.zeros(4, 2))
+    data.heading_w[:] = torch.tensor([math.pi / 2, math.pi / 2, math.pi, -math.pi / 4])
+    data.root_link_lin_vel_w[:] = torch.tensor([[0.0, 1.0, 0.3], [1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    expected = torch.tensor([[1.0, 0.0], [0.0, -1.0], [-2.0, 0.0], [0.0, math.sqrt(2)]])
+    torch.testing.assert_close(env.gait_signals()["base_lin_vel_xy"], expected)
+
+
+class ProxyLike:
+    """Isaac Lab 3's `ProxyArray` where the adapter touches it: a warp array with a `.torch` view."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.torch = tensor
+
+
+def test_isaac_lab_3_warp_backed_data_is_read_through_its_torch_view():
+    made = []
+    env = fake_adapter(made=made)
+    data = made[0].robot.data
+    env.reset()
+    env.step(torch.full((4, 2), 0.5))
+    data.joint_pos, data.projected_gravity_b = ProxyLike(data.joint_pos), ProxyLike(data.projected_gravity_b)
+    signals = env.gait_signals()
+    torch.testing.assert_close(signals["joint_pos"], made[0].state[:, :2])
+    torch.testing.assert_close(signals["projected_gravity"], torch.tensor([[0.0, 0.0, -1.0]] * 4))
+
+
+def test_finished_rows_describe_the_terminal_state_with_exact_final_observations():
+    """mjlab's mode: the hook's rows of the envs that finished are read before the adapter's
+    partial reset, so they show the terminal state, like the final observations."""
+    made = []
+    env = fake_adapter(auto_reset=True, made=made, max_episode_steps=200)
+    fake = made[0]
+    env.reset()
+    obs, dones, extras, signals, commands = steps_until_env_0_ends(env, fake)
+    assert env.final_observations == "exact" and dones[0] and not dones[1:].any()
+    last, terminal = signals[-1], extras[FINAL_OBSERVATIONS][ACTOR][0]
+    torch.testing.assert_close(last["joint_pos"][0], terminal[:2])
+    torch.testing.assert_close(last["base_pos_xy"][0], terminal[:2])
+    torch.testing.assert_close(last["joint_vel"][0], terminal[2:4])
+    assert (last["joint_pos"][0].abs() > LIMIT).any(), "the terminal state is outside the square"
+    torch.testing.assert_close(last["torques"][0], torch.tensor([GAIN, GAIN]))
+    torch.testing.assert_close(last["command"], commands[-1])
+    assert not torch.equal(obs[0, :2], terminal[:2])  # the env itself is already reset
+    torch.testing.assert_close(fake.robot.data.joint_pos[0], obs[0, :2])
+    torch.testing.assert_close(last["joint_pos"][1:], fake.state[1:, :2])  # the others: the step's state
+
+
+def test_finished_rows_repeat_the_last_state_seen_when_the_env_resets_itself():
+    """Isaac Lab's mode: the env resets inside `step`, so the terminal state is gone; the
+    finished rows repeat the previous call's rows (the state before the last action)."""
+    made = []
+    env = fake_adapter(made=made, max_episode_steps=200)
+    fake = made[0]
+    env.reset()
+    obs, dones, _, signals, _ = steps_until_env_0_ends(env, fake)
+    assert env.final_observations == "no_bootstrap" and dones[0] and len(signals) > 1
+    before, last = signals[-2], signals[-1]
+    for key in PER_STEP_KEYS:
+        torch.testing.assert_close(last[key][0], before[key][0])
+    assert (last["joint_pos"][0].abs() <= LIMIT).all()
+    torch.testing.assert_close(last["joint_pos"][1:], fake.state[1:, :2])
+    # the next step starts from the reset state: its predecessor is that, not the held row
+    env.step(torch.zeros(4, 2))
+    following = env.gait_signals()
+    torch.testing.assert_close(following["joint_pos"][0], fake.state[0, :2])
+
+    # a finished env in the first step after reset(): the state reset() read
+    env.reset()
+    reset_state = fake.state[0, :2].clone()
+    fake.state[0, 0] = 10.0  # env 0 ends in the next step
+    env.step(torch.zeros(4, 2))
+    torch.testing.assert_close(env.gait_signals()["joint_pos"][0], reset_state)
+
+    # without a call after the previous step the terminal row is unknown: the reset state shows
+    env.reset()
+    obs, dones, _, signals, _ = steps_until_env_0_ends(env, fake, call_hook=False)
+    torch.testing.assert_close(signals[-1]["joint_pos"][0], obs[0, :2])
+
+
+def test_gait_signals_return_what_the_task_has():
+    missing = fake_adapter(robot_entity="arm")
+    missing.reset()
+    missing.step(torch.zeros(4, 2))
+    assert missing.gait_signals() == {}
+    off = fake_adapter(robot_entity=None)
+    off.reset()
+    off.step(torch.zeros(4, 2))
+    assert off.gait_signals() == {}
+
+    fake = fake_creator()("t", 4, 0, "cpu")
+    fake.robot.is_fixed_base = True  # joints only: no base signals, no command
+    fake.robot.actuators["thrusters"].effort_limit[2:, 1] = 2.0  # per-env limits keep the env dimension
+    fixed = IsaacLabVecEnv(lambda: fake, name="fixed")
+    fixed.reset()
+    fixed.step(torch.zeros(4, 2))
+    signals = fixed.gait_signals()
+    assert set(signals) == {"joint_pos", "joint_vel", "torques", "dt", "joint_limits", "torque_limits"}
+    torch.testing.assert_close(signals["torque_limits"], torch.tensor([[GAIN, GAIN]] * 2 + [[GAIN, 2.0]] * 2))
+
+    fake = fake_creator()("t", 4, 0, "cpu")
+    fake.robot.actuators["thrusters"].effort_limit[:, 0] = 1e9  # Isaac Lab's "unlimited" in actuators...
+    fake.robot.data.joint_effort_limits[:, 0] = 7.0  # ...then the solver's limit
+    env = IsaacLabVecEnv(lambda: fake, name="t")
+    env.reset()
+    env.step(torch.zeros(4, 2))
+    torch.testing.assert_close(env.gait_signals()["torque_limits"], torch.tensor([7.0, GAIN]))
+
+    fake = fake_creator()("t", 4, 0, "cpu")
+    fake.robot.actuators["thrusters"].effort_limit[:, 0] = 1e9
+    fake.robot.data.joint_effort_limits[:, 0] = 1e9  # no finite limit: no saturation metric
+    fake.command_manager.active_terms = []  # no velocity command
+    env = IsaacLabVecEnv(lambda: fake, name="t")
+    env.reset()
+    env.step(torch.zeros(4, 2))
+    assert "torque_limits" not in env.gait_signals() and "command" not in env.gait_signals()
+
+
+def base_height_l2(env, target_height):
+    """Named like Isaac Lab's reward term (its name is what the adapter looks for)."""
+    return torch.zeros(env.num_envs)
+
+
+def test_the_base_height_target_comes_from_a_base_height_reward_term():
+    fake = fake_creator()("t", 4, 0, "cpu")
+    fake.reward_manager.active_terms.append("base_height")
+    fake.reward_manager.cfgs["base_height"] = RewardTermCfg(base_height_l2, {"target_height": 0.72})
+    env = IsaacLabVecEnv(lambda: fake, name="t")
+    env.reset()
+    env.step(torch.zeros(4, 2))
+    assert env.gait_signals()["base_height_target"] == pytest.approx(0.72)
+
+
+@pytest.mark.parametrize("auto_reset", [True, None])
+def test_runner_logs_gait_metrics_through_the_hook(tmp_path, auto_reset):
+    """Through the runner's evaluation: every metric the fake's signals allow is logged. A
+    policy pushing full force everywhere makes each env leave the square: every episode is
+    a fall and every torque saturated. The joint limits are the square, so only the terminal
+    rows (exact final observations) lie outside them; with the env's own reset they repeat
+    the state before the last step, which lies inside."""
+    from fast_td3.runner import Runner
+
+    cfg = tiny_train_config(total_steps=20)
+    cfg.eval_interval = 20
+    env = fake_adapter(num_envs=4, auto_reset=True)
+    evaluation = fake_adapter(num_envs=3, seed=99, auto_reset=auto_reset, max_episode_steps=60)
+    runner = Runner(cfg, env, evaluation, tmp_path)
+    runner.agent.act = lambda obs, *args, **kwargs: torch.ones(obs.shape[0], 2)
+    final = runner.train()
+    gait = {k.removeprefix("eval/gait/"): v for k, v in final.items() if k.startswith("eval/gait/")}
+    assert set(gait) == {"lin_vel_tracking_error", "ang_vel_tracking_error", "action_smoothness",
+                         "torque_saturation_rate", "joint_limit_violation_rate", "orientation_error",
+                         "energy_per_metre", "fall_rate"}
+    assert gait["fall_rate"] == 1.0 and gait["torque_saturation_rate"] == 1.0
+    assert gait["orientation_error"] == 0.0 and gait["action_smoothness"] == 0.0
+    assert math.isfinite(gait["lin_vel_tracking_error"]) and gait["energy_per_metre"] > 0
+    if auto_reset:
+        assert gait["joint_limit_violation_rate"] > 0
+    else:
+        assert gait["joint_limit_violation_rate"] == 0
+    logged = [r for r in read_metrics(tmp_path) if "eval/return_mean" in r][-1]
+    assert logged["eval/gait/fall_rate"] == 1.0

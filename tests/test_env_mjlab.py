@@ -131,3 +131,80 @@ def test_play_in_the_viser_viewer_runs_the_policy():
     finally:
         env.close()
     assert len(seen) >= 5 and seen[0] == (2, env.num_obs)
+
+
+def test_gait_signals_of_the_g1():
+    """The gait hook on the real G1 velocity task: every signal the metrics use, with the
+    right shapes and plausible values; finished envs' rows are the state before the
+    adapter's partial reset."""
+    env = mjlab_env(G1, 2, max_episode_steps=8)
+    raw, robot = env.env, env.env.scene["robot"]
+    seen_before_reset = []
+    reset = raw.reset
+
+    def reset_seen(*args, **kwargs):
+        if kwargs.get("env_ids") is not None:
+            seen_before_reset.append((robot.data.joint_pos.clone(), robot.data.root_link_pos_w.clone()))
+        return reset(*args, **kwargs)
+
+    raw.reset = reset_seen
+    try:
+        env.reset()
+        env.step(torch.zeros(2, env.num_actions))
+        torch.testing.assert_close(env.gait_signals()["projected_gravity"], torch.tensor([[0.0, 0.0, -1.0]] * 2),
+                                   atol=0.02, rtol=0)  # upright at the start
+        for _ in range(4):  # the robot starts a little above the ground: let it land
+            env.step(torch.zeros(2, env.num_actions))
+        command = raw.command_manager.get_command("twist").clone()
+        _, _, dones, _ = env.step(torch.zeros(2, env.num_actions))
+        signals = env.gait_signals()
+        shapes = {key: tuple(value.shape) for key, value in signals.items() if isinstance(value, torch.Tensor)}
+        assert shapes == {
+            "base_height": (2,), "base_pos_xy": (2, 2), "projected_gravity": (2, 3), "base_lin_vel_xy": (2, 2),
+            "base_ang_vel_z": (2,), "command": (2, 3), "joint_pos": (2, 29), "joint_vel": (2, 29),
+            "torques": (2, 29), "foot_contact": (2, 2), "foot_vel_xy": (2, 2, 2), "joint_limits": (29, 2),
+            "torque_limits": (29,),
+        }, shapes
+        assert signals["dt"] == pytest.approx(0.02) and not dones.any()
+        torch.testing.assert_close(signals["projected_gravity"], torch.tensor([[0.0, 0.0, -1.0]] * 2),
+                                   atol=0.15, rtol=0)
+        assert ((signals["base_height"] > 0.6) & (signals["base_height"] < 0.9)).all(), signals["base_height"]
+        assert signals["base_lin_vel_xy"].norm(dim=-1).max() < 1.0 and signals["base_ang_vel_z"].abs().max() < 2.0
+        torch.testing.assert_close(signals["command"], command)
+        assert signals["foot_contact"].dtype == torch.bool and signals["foot_contact"].any()
+        assert signals["foot_vel_xy"].abs().max() < 1.0
+        limits, torque_limits = signals["joint_limits"], signals["torque_limits"]
+        assert (limits[:, 0] < limits[:, 1]).all()
+        assert ((signals["joint_pos"] >= limits[:, 0] - 0.05) & (signals["joint_pos"] <= limits[:, 1] + 0.05)).all()
+        assert set(torque_limits.tolist()) == {5.0, 25.0, 50.0, 88.0, 139.0}
+        assert (signals["torques"].abs() <= torque_limits * 1.001).all() and signals["torques"].abs().max() > 5.0
+
+        env.step(torch.zeros(2, env.num_actions))
+        _, _, dones, _ = env.step(torch.zeros(2, env.num_actions))  # the time limit: both envs finish
+        signals = env.gait_signals()
+        assert dones.all() and len(seen_before_reset) == 1
+        joint_pos, root_pos = seen_before_reset[0]
+        torch.testing.assert_close(signals["joint_pos"], joint_pos)
+        torch.testing.assert_close(signals["base_pos_xy"], root_pos[:, :2])
+        assert not torch.equal(robot.data.joint_pos, joint_pos), "the envs are reset since"
+    finally:
+        env.close()
+
+
+def test_gait_signals_of_a_task_without_a_robot_entity_are_empty():
+    env = mjlab_env("Mjlab-Cartpole-Balance", 2)  # its entity is "cartpole"
+    try:
+        env.reset()
+        env.step(torch.zeros(2, env.num_actions))
+        assert env.gait_signals() == {}
+    finally:
+        env.close()
+    env = mjlab_env("Mjlab-Cartpole-Balance", 2, robot_entity="cartpole")  # a fixed base: its joints only
+    try:
+        env.reset()
+        env.step(torch.zeros(2, env.num_actions))
+        signals = env.gait_signals()
+        assert {"joint_pos", "joint_vel", "torques", "joint_limits", "dt"} <= set(signals)
+        assert "base_height" not in signals and signals["joint_pos"].shape == (2, 2)
+    finally:
+        env.close()

@@ -1,0 +1,461 @@
+"""`fast-td3-report`: one HTML page comparing finished runs (a sweep's, or any run folders).
+
+    fast-td3-report runs/sweeps/2026-11-30_12-00-00                 # -> runs/sweeps/.../report.html
+    fast-td3-report runs/T1JoystickFlatTerrain/a runs/T1JoystickFlatTerrain/b --out cmp.html
+    fast-td3-report runs/sweeps/<sweep> --sort-by foot_slip          # best (lowest) first
+
+The page shows learning curves (eval return against global step), a table of each run's
+final evaluation (return, every `eval/gait/*` metric, critic calibration) sorted by one
+metric, the command-line overrides with those that differ between runs highlighted, the
+training reward terms, and per run: action histograms and the critic-calibration scatter of
+its last `diagnostics/eval_step_*.npz`, and its last eval video. Figures are PNG files in
+`<page name>_files/` next to the page, referenced by relative paths (`--embed-images` puts
+them in the page as data URIs too); videos are referenced relative to the page. No scripts,
+no external resources: the page opens offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fast_td3.diagnostics import DIAGNOSTICS_DIR, action_histograms, critic_calibration, load_eval_diagnostics
+from fast_td3.gait_metrics import METRIC_NAMES, METRICS
+from fast_td3.logging import METRICS_FILE, read_metrics
+
+RETURN_KEY = "eval/return_mean"
+GAIT_PREFIX = "eval/gait/"
+CRITIC_PREFIX = "eval/critic/"
+REWARD_TERM_PREFIX = "train/episode/reward/"
+OVERRIDES_FILES = ("overrides.yaml", ".hydra/overrides.yaml")
+DESCENDING_BY_DEFAULT = ("eval/return_mean", "eval/critic/correlation", "train/episode_return")
+"""Sort keys where higher is better; every other metric (errors, rates) sorts lowest first."""
+
+
+class ReportError(ValueError):
+    """Nothing to report on, or an unknown sort metric."""
+
+
+# ---------------------------------------------------------------- reading runs
+@dataclass
+class RunSummary:
+    path: Path
+    name: str = ""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    overrides: dict[str, str] = field(default_factory=dict)
+    final_eval: dict[str, Any] = field(default_factory=dict)
+    """The last record holding eval/return_mean (and the gait/critic metrics logged with it)."""
+    last_train: dict[str, Any] = field(default_factory=dict)
+    """The last record holding training episode metrics (reward terms)."""
+    diagnostics: Path | None = None
+    video: Path | None = None
+    task: str = ""
+
+    def value(self, key: str) -> float:
+        v = self.final_eval.get(key, self.last_train.get(key))
+        return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Run folders (holding metrics.jsonl) among `paths`, or below them (a sweep folder)."""
+    runs: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ReportError(f"{p}: no such folder")
+        if (p / METRICS_FILE).is_file():
+            runs.append(p)
+        else:
+            found = sorted(f.parent for f in p.rglob(METRICS_FILE))
+            if not found:
+                raise ReportError(f"{p}: no run folders (folders holding {METRICS_FILE}) in it")
+            runs.extend(found)
+    unique = list(dict.fromkeys(r.resolve() for r in runs))
+    return unique
+
+
+def override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def read_overrides(run_dir: Path) -> dict[str, str]:
+    """key -> value of a run's command-line overrides (`++`/`+` prefixes dropped)."""
+    from omegaconf import OmegaConf
+
+    for name in OVERRIDES_FILES:
+        path = run_dir / name
+        if path.is_file():
+            out = {}
+            for item in OmegaConf.load(path):
+                item = str(item)
+                out[override_key(item)] = item.split("=", 1)[1] if "=" in item else ""
+            return out
+    return {}
+
+
+def load_run(run_dir: Path) -> RunSummary:
+    records = read_metrics(run_dir)
+    run = RunSummary(path=run_dir, records=records, overrides=read_overrides(run_dir))
+    evals = [r for r in records if RETURN_KEY in r]
+    run.final_eval = evals[-1] if evals else {}
+    trains = [r for r in records if "train/episode_return" in r]
+    run.last_train = trains[-1] if trains else {}
+    npz = sorted((run_dir / DIAGNOSTICS_DIR).glob("eval_step_*.npz"))
+    run.diagnostics = npz[-1] if npz else None
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    run.video = videos[-1] if videos else None
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        from omegaconf import OmegaConf
+
+        run.task = str(OmegaConf.select(OmegaConf.load(config), "env.task", default=""))
+    return run
+
+
+def name_runs(runs: list[RunSummary]) -> None:
+    """Each run's path relative to the runs' common folder (its folder name when alone)."""
+    if len(runs) == 1:
+        runs[0].name = runs[0].path.name
+        return
+    common = Path(os.path.commonpath([str(r.path) for r in runs]))
+    for r in runs:
+        r.name = str(r.path.relative_to(common)) or r.path.name
+
+
+def differing_overrides(runs: list[RunSummary]) -> list[str]:
+    """Override keys whose value is not the same in every run (missing counts as a value)."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
+    return [k for k in keys if len({r.overrides.get(k) for r in runs}) > 1]
+
+
+def metric_columns(runs: list[RunSummary]) -> list[str]:
+    """Final-eval columns: return, every gait metric any run logged (in METRICS order), calibration."""
+    present = {k for r in runs for k in r.final_eval}
+    gait = [GAIT_PREFIX + n for n in METRIC_NAMES if GAIT_PREFIX + n in present]
+    gait += sorted(k for k in present if k.startswith(GAIT_PREFIX) and k not in gait)
+    critic = sorted(k for k in present if k.startswith(CRITIC_PREFIX))
+    return [RETURN_KEY, "eval/return_std", *gait, *critic]
+
+
+def resolve_sort_key(name: str, columns: list[str], other_keys: list[str] = ()) -> str:
+    """A column from a full key or a short name (`return`, `foot_slip`, `rmse`), or any other
+    key the runs logged (e.g. `train/episode/reward/feet_slip`); a gait metric no run logged is
+    accepted too (every run then sorts as missing)."""
+    candidates = [RETURN_KEY if name == "return" else name, GAIT_PREFIX + name, CRITIC_PREFIX + name, "eval/" + name]
+    for c in candidates:
+        if c in columns or c in other_keys:
+            return c
+    if name.removeprefix(GAIT_PREFIX) in METRIC_NAMES:
+        return GAIT_PREFIX + name.removeprefix(GAIT_PREFIX)
+    raise ReportError(f"--sort-by {name}: unknown metric; columns: {', '.join(columns)}")
+
+
+def sort_runs(runs: list[RunSummary], key: str, descending: bool | None = None) -> list[RunSummary]:
+    """Runs by `key`, best first (default direction: `DESCENDING_BY_DEFAULT`); NaN or missing last."""
+    if descending is None:
+        descending = key in DESCENDING_BY_DEFAULT
+
+    def order(run: RunSummary) -> tuple[bool, float]:
+        v = run.value(key)
+        return (math.isnan(v), 0.0 if math.isnan(v) else (-v if descending else v))
+
+    return sorted(runs, key=order)
+
+
+# ---------------------------------------------------------------- figures
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ReportError("fast-td3-report draws its figures with matplotlib: pip install matplotlib") from None
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_learning_curves(runs: list[RunSummary], path: Path) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for run in runs:
+        evals = [(r["step"], r[RETURN_KEY]) for r in run.records if r.get(RETURN_KEY) is not None]
+        trains = [(r["step"], r["train/episode_return"]) for r in run.records
+                  if r.get("train/episode_return") is not None]
+        for ax, points in zip(axes, (evals, trains)):
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=run.name)
+    for ax, title in zip(axes, ("eval return (deterministic, task reward)", "training episode return")):
+        ax.set_title(title)
+        ax.set_xlabel("global step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_action_histograms(diag: dict[str, Any], path: Path, bins: int) -> None:
+    plt = _pyplot()
+    counts, edges = action_histograms(diag["actions"], bins)
+    joints = counts.shape[0]
+    cols = min(joints, 6)
+    rows = max(1, math.ceil(joints / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(max(2.0 * cols, 4.5), 1.5 * rows + 0.4), squeeze=False)
+    centres, width = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
+    for j, ax in enumerate(axes.flat):
+        if j >= joints:
+            ax.axis("off")
+            continue
+        ax.bar(centres, counts[j], width=width, color="#4c72b0")
+        ax.set_title(f"action {j}", fontsize=7)
+        ax.set_xlim(edges[0], edges[-1])
+        ax.tick_params(labelsize=6)
+    fig.suptitle(f"eval actions at step {diag['global_step']} ({len(diag['actions'])} steps)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_calibration(diag: dict[str, Any], path: Path) -> dict[str, float]:
+    plt = _pyplot()
+    q, g = np.asarray(diag["q_pred"], float), np.asarray(diag["mc_return"], float)
+    stats = critic_calibration(q, g)
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.scatter(g, q, s=4, alpha=0.4, c=diag["episode"], cmap="viridis")
+    if q.size:
+        lo, hi = float(min(q.min(), g.min())), float(max(q.max(), g.max()))
+        ax.plot([lo, hi], [lo, hi], color="k", lw=1, label="q = return")
+        ax.legend(fontsize=7, loc="upper left")
+    ax.set_xlabel("discounted return (Monte Carlo)")
+    ax.set_ylabel(f"predicted Q ({diag.get('q_reduction', 'min')} of twins)")
+    ax.set_title(f"step {diag['global_step']}: residual {stats['mean_residual']:.3g}, "
+                 f"slope {stats['slope']:.3g}, r {stats['correlation']:.3g}", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return stats
+
+
+# ---------------------------------------------------------------- HTML
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-size: 1.0em; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
+th { background: #f0f0f0; position: sticky; top: 0; }
+td.name, th.name { text-align: left; font-family: monospace; }
+td.override { text-align: left; font-family: monospace; }
+.differs { background: #fff1b8; font-weight: bold; }
+th.sorted { background: #cfe3ff; }
+.run { border-top: 2px solid #ddd; margin-top: 1.2em; padding-top: 0.4em; }
+.figs img { margin: 0.3em 0.6em 0.3em 0; border: 1px solid #eee; vertical-align: top; }
+.note { color: #666; font-size: 0.85em; }
+.scroll { overflow-x: auto; max-width: 100%; }
+code { background: #f6f6f6; padding: 0 3px; }
+"""
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        return "&mdash;" if isinstance(v, float) and not math.isfinite(v) else f"{v:.4g}"
+    return "&mdash;" if v is None else html.escape(str(v))
+
+
+def _short(key: str) -> str:
+    for prefix in (GAIT_PREFIX, CRITIC_PREFIX, REWARD_TERM_PREFIX):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key.removeprefix("eval/")
+
+
+class _Images:
+    """Figures as PNG files in `folder`; `src()` gives the relative path or a data URI."""
+
+    def __init__(self, folder: Path, page_dir: Path, embed: bool) -> None:
+        self.folder, self.page_dir, self.embed = folder, page_dir, embed
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def src(self, name: str) -> str:
+        path = self.folder / name
+        if self.embed:
+            return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+        return Path(os.path.relpath(path, self.page_dir)).as_posix()
+
+
+def _img(images: _Images, name: str, alt: str) -> str:
+    return f'<img src="{html.escape(images.src(name))}" alt="{html.escape(alt)}">'
+
+
+def render_report(runs: list[RunSummary], out: Path, sort_key: str, descending: bool | None = None,
+                  embed_images: bool = False, bins: int = 21) -> Path:
+    """Write the page (and its figures) for `runs`; returns the page's path."""
+    out = out.resolve()
+    page_dir = out.parent
+    images = _Images(page_dir / f"{out.stem}_files", page_dir, embed_images)
+    columns = metric_columns(runs)
+    if sort_key not in columns:
+        columns.append(sort_key)
+    ordered = sort_runs(runs, sort_key, descending)
+    differs = differing_overrides(runs)
+
+    plot_learning_curves(ordered, images.path("learning_curves.png"))
+    parts = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+             f"<title>fast-td3 report: {len(runs)} runs</title><style>{CSS}</style></head><body>"]
+    tasks = sorted({r.task for r in runs if r.task})
+    parts.append(f"<h1>fast-td3 report: {len(runs)} runs{' of ' + html.escape(', '.join(tasks)) if tasks else ''}</h1>")
+    parts.append(f"<p class='note'>Written {time.strftime('%Y-%m-%d %H:%M:%S')} from "
+                 f"{html.escape(os.path.commonpath([str(r.path) for r in runs]))}. Final evaluation = the run's "
+                 f"last eval (deterministic policy, the task's own reward). Sorted by "
+                 f"<code>{html.escape(sort_key)}</code>"
+                 f", best first. Highlighted: overrides that differ between runs.</p>")
+
+    parts.append("<h2>Learning curves</h2>")
+    parts.append(f"<div class='figs'>{_img(images, 'learning_curves.png', 'learning curves')}</div>")
+
+    # summary table
+    parts.append("<h2>Final evaluation</h2><div class='scroll'><table><tr><th class='name'>run</th><th>step</th>")
+    for c in columns:
+        cls = " class='sorted'" if c == sort_key else ""
+        parts.append(f"<th{cls} title='{html.escape(c)}'>{html.escape(_short(c))}</th>")
+    parts.append("<th class='name'>differing overrides</th></tr>")
+    for r in ordered:
+        parts.append(f"<tr><td class='name'><a href='#{_anchor(r)}'>{html.escape(r.name)}</a></td>"
+                     f"<td>{_fmt(r.final_eval.get('step'))}</td>")
+        parts.extend(f"<td>{_fmt(r.value(c))}</td>" for c in columns)
+        diff = " ".join(f"{k}={r.overrides.get(k, '∅')}" for k in differs)
+        parts.append(f"<td class='override differs'>{html.escape(diff)}</td></tr>" if diff else "<td></td></tr>")
+    parts.append("</table></div>")
+    parts.append("<p class='note'>" + "<br>".join(
+        f"<b>{m.name}</b> ({html.escape(m.unit) if m.unit else 'per step'}): {html.escape(_doc_line(m.fn))}"
+        for m in METRICS if GAIT_PREFIX + m.name in columns) + "</p>")
+
+    # overrides table
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
+    keys = [k for k in keys if k in differs] + [k for k in keys if k not in differs]  # differing first
+    if keys:
+        parts.append("<h2>Overrides</h2><div class='scroll'><table><tr><th class='name'>run</th>")
+        parts.extend(f"<th class='name{' differs' if k in differs else ''}'>{html.escape(k)}</th>" for k in keys)
+        parts.append("</tr>")
+        for r in ordered:
+            parts.append(f"<tr><td class='name'>{html.escape(r.name)}</td>")
+            parts.extend(f"<td class='override{' differs' if k in differs else ''}'>"
+                         f"{html.escape(r.overrides.get(k, '∅'))}</td>" for k in keys)
+            parts.append("</tr>")
+        parts.append("</table></div>")
+
+    # reward terms (training, scaled as trained)
+    terms = sorted({k for r in runs for k in r.last_train if k.startswith(REWARD_TERM_PREFIX)})
+    if terms:
+        parts.append("<h2>Training reward terms</h2><p class='note'>Per-episode sums at each run's last training "
+                     "log, with the run's own reward scales.</p>"
+                     "<div class='scroll'><table><tr><th class='name'>run</th>")
+        parts.extend(f"<th title='{html.escape(t)}'>{html.escape(_short(t))}</th>" for t in terms)
+        parts.append("</tr>")
+        for r in ordered:
+            parts.append(f"<tr><td class='name'>{html.escape(r.name)}</td>")
+            parts.extend(f"<td>{_fmt(r.last_train.get(t))}</td>" for t in terms)
+            parts.append("</tr>")
+        parts.append("</table></div>")
+
+    # per run
+    parts.append("<h2>Runs</h2>")
+    for i, r in enumerate(ordered):
+        parts.append(f"<div class='run' id='{_anchor(r)}'><h3>{html.escape(r.name)}</h3>"
+                     f"<p class='note'>{html.escape(str(r.path))}</p>")
+        if r.overrides:
+            parts.append("<p>" + " ".join(
+                f"<code class='{'differs' if k in differs else ''}'>{html.escape(k)}={html.escape(v)}</code>"
+                for k, v in r.overrides.items()) + "</p>")
+        figs = []
+        if r.diagnostics is not None:
+            diag = load_eval_diagnostics(r.diagnostics)
+            hist, calib = f"run_{i:03d}_actions.png", f"run_{i:03d}_calibration.png"
+            plot_action_histograms(diag, images.path(hist), bins)
+            plot_calibration(diag, images.path(calib))
+            figs += [_img(images, hist, f"action histograms of {r.name}"),
+                     _img(images, calib, f"critic calibration of {r.name}")]
+            if diag.get("reward_scaled"):
+                parts.append("<p class='note'>This critic learnt the training reward (env.reward_scales); the "
+                             "returns are of the task's own eval reward, so calibration compares different "
+                             "rewards.</p>")
+        else:
+            parts.append("<p class='note'>No diagnostics/eval_step_*.npz in this run.</p>")
+        if figs:
+            parts.append("<div class='figs'>" + "".join(figs) + "</div>")
+        if r.video is not None:
+            rel = Path(os.path.relpath(r.video, page_dir)).as_posix()
+            parts.append(f"<video controls muted preload='metadata' width='480' src='{html.escape(rel)}'></video>"
+                         f"<p class='note'>{html.escape(r.video.name)}</p>")
+        parts.append("</div>")
+    parts.append("</body></html>\n")
+    out.write_text("".join(parts), encoding="utf-8")
+    return out
+
+
+def _anchor(run: RunSummary) -> str:
+    return "run-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in run.name)
+
+
+def _doc_line(fn) -> str:
+    """The first paragraph of a docstring, on one line."""
+    return " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+# ---------------------------------------------------------------- command line
+def build_report(paths: list[str | Path], out: str | Path | None = None, sort_by: str = "return",
+                 descending: bool | None = None, embed_images: bool = False, bins: int = 21) -> Path:
+    run_dirs = find_runs(paths)
+    runs = [load_run(d) for d in run_dirs]
+    name_runs(runs)
+    if out is None:
+        single = Path(paths[0])
+        is_sweep = len(paths) == 1 and not (single / METRICS_FILE).is_file()
+        out = single / "report.html" if is_sweep else Path("report.html")
+    logged = sorted({k for r in runs for k in (*r.final_eval, *r.last_train)})
+    sort_key = resolve_sort_key(sort_by, metric_columns(runs), logged)
+    return render_report(runs, Path(out), sort_key, descending, embed_images, bins)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="fast-td3-report", description="One HTML page comparing runs: learning curves, final eval "
+        "metrics, differing overrides, action histograms, critic calibration, videos.")
+    parser.add_argument("paths", nargs="+", help="a sweep folder, or run folders (folders holding metrics.jsonl)")
+    parser.add_argument("--out", default=None,
+                        help="the page (default: <sweep folder>/report.html for one sweep folder, else ./report.html)")
+    parser.add_argument("--sort-by", default="return",
+                        help="metric to sort by: return, a gait metric (foot_slip, ...), rmse, or a full key")
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument("--ascending", dest="descending", action="store_false", default=None,
+                       help="lowest first (default for every metric but returns and correlation)")
+    order.add_argument("--descending", dest="descending", action="store_true", help="highest first")
+    parser.add_argument("--embed-images", action="store_true", help="also put the figures in the page as data URIs")
+    parser.add_argument("--bins", type=int, default=21, help="bins of the action histograms over [-1, 1]")
+    args = parser.parse_args(argv)
+    try:
+        page = build_report(args.paths, args.out, args.sort_by, args.descending, args.embed_images, args.bins)
+    except ReportError as error:
+        print(f"fast-td3-report: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(page)
+
+
+if __name__ == "__main__":
+    cli()

@@ -138,6 +138,7 @@ class GaitSignalsReader:
         self._pos_map = np.zeros((nu, m.nq))
         self._vel_map = np.zeros((nu, m.nv))
         self._from_actuator = np.zeros(nu, dtype=bool)  # transmissions without a linear map
+        self._joint_clamp = np.full(nu, math.inf)  # joints' actuator-torque limits (applied after the actuator's)
         joint_limits = np.tile([-math.inf, math.inf], (nu, 1))
         force_limit = np.where(m.actuator_forcelimited.astype(bool), np.abs(m.actuator_forcerange).max(1), math.inf)
         motor = ((m.actuator_gaintype == int(mujoco.mjtGain.mjGAIN_FIXED))
@@ -155,8 +156,9 @@ class GaitSignalsReader:
                 self._vel_map[i, m.jnt_dofadr[obj]] = 1.0
                 if m.jnt_limited[obj]:
                     joint_limits[i] = m.jnt_range[obj]
-                if actfrclimited[obj]:
+                if actfrclimited[obj]:  # MuJoCo clamps the joint's total actuator torque to this
                     torque_limits[i] = min(torque_limits[i], np.abs(m.jnt_actfrcrange[obj]).max())
+                    self._joint_clamp[i] = np.abs(m.jnt_actfrcrange[obj]).max()
                 continue
             if kind == int(mujoco.mjtTrn.mjTRN_TENDON):
                 wraps = range(m.tendon_adr[obj], m.tendon_adr[obj] + m.tendon_num[obj])
@@ -208,7 +210,7 @@ class GaitSignalsReader:
             rows, gear = self._from_actuator, np.where(self._gear == 0, 1.0, self._gear)
             joint_pos[rows] = (d.actuator_length / gear)[rows]
             joint_vel[rows] = (d.actuator_velocity / gear)[rows]
-        out["torques"] = d.actuator_force * self._gear
+        out["torques"] = np.clip(d.actuator_force * self._gear, -self._joint_clamp, self._joint_clamp)  # applied
         out["joint_pos"], out["joint_vel"] = joint_pos, joint_vel
         if self._feet:
             foot_vel = np.zeros((len(self._feet), 2))

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS
+from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TERMINATIONS, TIME_OUTS
 
 FINAL_OBSERVATION_POLICIES = ("auto", "exact", "no_bootstrap")
 ISAACLAB_ACTOR_GROUP = "policy"
@@ -230,6 +230,7 @@ class IsaacLabVecEnv:
             FINAL_OBSERVATIONS: final,
             EPISODE: self._episode_metrics(log),
             TIME_OUTS: time_outs,
+            TERMINATIONS: terminated,
         }
         return obs, rewards, dones, extras
 

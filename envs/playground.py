@@ -322,15 +322,15 @@ class GaitSignals:
         self.torques_known = model.nu > 0 and len(joint_actuators) == model.nu
         self.actuated_dofs = np.array([model.jnt_dofadr[model.actuator_trnid[a, 0]] for a in joint_actuators],
                                       dtype=np.int32)
-        limits = []
+        limits = []  # in joint units: an actuator's force times its gear, then the joint's own limit
         for a in joint_actuators:
             joint = model.actuator_trnid[a, 0]
+            limit = np.inf
             if model.actuator_forcelimited[a]:
-                limits.append(np.abs(model.actuator_forcerange[a]).max())
-            elif model.jnt_actfrclimited[joint]:
-                limits.append(np.abs(model.jnt_actfrcrange[joint]).max())
-            else:
-                limits.append(np.nan)
+                limit = np.abs(model.actuator_forcerange[a]).max() * abs(model.actuator_gear[a, 0])
+            if model.jnt_actfrclimited[joint]:
+                limit = min(limit, np.abs(model.jnt_actfrcrange[joint]).max())
+            limits.append(limit if np.isfinite(limit) else np.nan)
         self.torque_limits = np.array(limits, dtype=np.float32)
 
     def per_step(self, state) -> dict[str, jax.Array]:
@@ -343,14 +343,16 @@ class GaitSignals:
         signals = {
             "base_lin_vel_xy": jnp.stack([jnp.cos(yaw) * vx + jnp.sin(yaw) * vy,
                                           -jnp.sin(yaw) * vx + jnp.cos(yaw) * vy]),
-            "base_ang_vel_z": data.qvel[5],  # the free joint's angular velocity is in the base frame
+            # world-frame yaw rate: the third row of the base's rotation times its body-frame rate
+            "base_ang_vel_z": (2 * (x * z - w * y) * data.qvel[3] + 2 * (y * z + w * x) * data.qvel[4]
+                               + (1 - 2 * (x * x + y * y)) * data.qvel[5]),
             "base_height": data.qpos[2],
             "base_pos_xy": data.qpos[0:2],
             "projected_gravity": -jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
             "joint_pos": data.qpos[self.joint_qpos],
         }
-        if self.torques_known:
-            signals["torques"] = data.actuator_force
+        if self.torques_known:  # applied joint torques: after gear and the joints' torque limits
+            signals["torques"] = data.qfrc_actuator[self.actuated_dofs]
             signals["joint_vel"] = data.qvel[self.actuated_dofs]
         command = state.info.get("command") if isinstance(state.info, dict) else None
         if command is not None and command.shape == (3,):
@@ -497,6 +499,7 @@ class PlaygroundVecEnv:
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._carry: _Carry | None = None
         self._gait: dict[str, jax.Array] | None = None
+        self._gait_reader: GaitSignals | None = None
         self._renderer = None
 
     # --------------------------------------------------------------- contract
@@ -546,8 +549,10 @@ class PlaygroundVecEnv:
         without a floating base."""
         if self._gait is None:
             return {}
+        if self._gait_reader is None:
+            self._gait_reader = GaitSignals(self._compiled.env)
         return {**{key: _torch(value) for key, value in self._gait.items()},
-                **GaitSignals(self._compiled.env).static(self.action_repeat)}
+                **self._gait_reader.static(self.action_repeat)}
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -48,6 +48,10 @@ import torch
 
 # extras keys
 TIME_OUTS = "time_outs"
+TERMINATIONS = "terminations"
+"""Optional extras key: bool `[num_envs]`, the env's own termination flags (falls), for adapters
+whose TIME_OUTS cannot report truncations (every end is a termination to the learner);
+metrics use it to tell a fall from a time limit. Absent: `dones & ~time_outs`."""
 OBSERVATIONS = "observations"
 FINAL_OBSERVATIONS = "final_observations"
 EPISODE = "episode"

@@ -107,7 +107,7 @@ def save_eval_diagnostics(path: Path, *, actions: Any, q_pred: Any, mc_return: A
     reward_scaled (the critic learnt a reward with env.reward_scales; the returns use the
     task's own eval reward). Written to a temp file and renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
+    tmp = path.with_name("." + path.stem + ".tmp.npz")  # hidden from the report's eval_step_*.npz
     np.savez_compressed(
         tmp,
         actions=_numpy(actions).astype(np.float16),

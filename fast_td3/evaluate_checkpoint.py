@@ -4,7 +4,8 @@
     fast-td3-eval runs/.../checkpoints/step_000050000.pt --episodes 20 --video cheetah.mp4
 
 The envs are rebuilt from the checkpoint's own config. The last line printed is one
-JSON object: task, checkpoint, step, episodes, return_mean, return_std, length_mean.
+JSON object: task, checkpoint, step, episodes, return_mean, return_std, length_mean, and
+gait (the gait metrics of these episodes that the env's signals allow, README "Gait metrics").
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fast_td3 import checkpoint as ckpt
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
-from fast_td3.evaluation import eval_seed, run_episodes, summarize, write_video
+from fast_td3.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
 
 
 def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> FastTD3:
@@ -69,10 +70,18 @@ def evaluate_checkpoint(
         def policy(obs: torch.Tensor) -> torch.Tensor:
             return agent.act(obs.to(torch_device)).to(env.device)
 
-        results = run_episodes(env, policy, eval_seed(cfg.seed) if seed is None else seed, on_step)
+        trace = EvalTrace()
+
+        def record(step: dict) -> None:
+            trace.append({"actions": step["actions"].float(), "dones": step["dones"].bool(),
+                          "terminated": step["terminations"].bool(), "valid": step["valid"]},
+                         read_gait_signals(env, trace))
+
+        results = run_episodes(env, policy, eval_seed(cfg.seed) if seed is None else seed, on_step, record)
     finally:
         env.close()
     summary = summarize(results)
+    gait = {name.removeprefix("eval/gait/"): value for name, value in gait_results(trace).items()}
     if video is not None:
         length = int(results["lengths"][0])
         write_video(frames[:length], Path(video), video_fps)
@@ -84,6 +93,7 @@ def evaluate_checkpoint(
         "return_mean": summary["eval/return_mean"],
         "return_std": summary["eval/return_std"],
         "length_mean": summary["eval/length_mean"],
+        "gait": gait,
         **({"video": str(video)} if video is not None else {}),
     }
 

@@ -12,14 +12,17 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from envs.protocol import FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
+from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations
+from fast_td3 import gait_metrics
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
-TRANSITION_KEYS = ("t", "obs", "critic_obs", "actions", "rewards", "dones", "time_outs", "final_observations", "valid")
+TRANSITION_KEYS = ("t", "obs", "critic_obs", "actions", "rewards", "dones", "time_outs", "terminations",
+                   "final_observations", "valid")
 """What `run_episodes` passes to `on_transition` after step t: the observations the policy
 acted on (critic_obs None when symmetric), its actions, the step's rewards, dones,
-time-outs and final observations (as in the env contract), and which envs were still in
-their first episode before the step."""
+time-outs, terminations (falls: the env's own flags where it reports them, else dones that
+are not time-outs) and final observations (as in the env contract), and which envs were
+still in their first episode before the step."""
 
 
 def eval_seed(run_seed: int) -> int:
@@ -57,6 +60,7 @@ def run_episodes(
             on_transition({
                 "t": t, "obs": obs, "critic_obs": critic_observations(obs, extras), "actions": actions,
                 "rewards": rewards, "dones": dones, "time_outs": next_extras[TIME_OUTS],
+                "terminations": next_extras.get(TERMINATIONS, dones & ~next_extras[TIME_OUTS]),
                 "final_observations": next_extras[FINAL_OBSERVATIONS], "valid": active.clone(),
             })
         obs, extras = next_obs, next_extras
@@ -121,3 +125,26 @@ class EvalTrace:
         if len(self.gait) != len(self.steps):
             return {}
         return {**self._stack(self.gait), **self.gait_static}
+
+
+def read_gait_signals(env: VecEnv, trace: EvalTrace, to: Callable[[torch.Tensor], torch.Tensor] = lambda x: x):
+    """The env's `gait_signals()` of the step just taken (None when it has no such hook), per-step
+    entries moved with `to`; static entries go to `trace.gait_static` once."""
+    hook = getattr(env, gait_metrics.GAIT_SIGNALS_HOOK, None)
+    if not callable(hook):
+        return None
+    gait = {}
+    for key, value in hook().items():
+        if key in gait_metrics.STATIC_KEYS:
+            trace.gait_static.setdefault(key, to(value) if isinstance(value, torch.Tensor) else value)
+        else:
+            gait[key] = to(torch.as_tensor(value))
+    return gait
+
+
+def gait_results(trace: EvalTrace) -> dict[str, float]:
+    """`eval/gait/<metric>` of a trace whose steps hold actions, dones, terminated and valid."""
+    data = trace.stacked()
+    traj = {**trace.gait_stacked(), gait_metrics.ACTIONS: data["actions"], gait_metrics.TERMINATED: data["terminated"],
+            gait_metrics.DONES: data["dones"], gait_metrics.VALID: data["valid"].bool()}
+    return {f"eval/gait/{name}": value for name, value in gait_metrics.gait_metrics(traj).items()}

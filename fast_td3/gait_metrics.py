@@ -85,8 +85,9 @@ SATURATION_FRACTION = 0.99
 
 # ---------------------------------------------------------------- helpers
 def _mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of `values` where `mask` (broadcast to it) holds; NaN when it never does."""
-    mask = mask.expand_as(values)
+    """Mean of the finite `values` where `mask` (broadcast to it) holds; NaN when none qualifies
+    (one diverged env, e.g. a NaN state that ends its episode, does not void the metric)."""
+    mask = mask.expand_as(values) & torch.isfinite(values)
     count = int(mask.sum())
     if count == 0:
         return math.nan
@@ -134,18 +135,19 @@ def action_smoothness(actions: torch.Tensor, valid: torch.Tensor, dones: torch.T
 
 def torque_saturation_rate(torques: torch.Tensor, torque_limits: torch.Tensor, valid: torch.Tensor,
                            fraction: float = SATURATION_FRACTION) -> float:
-    """Fraction of valid joint-steps with |tau| >= 0.99 * limit."""
+    """Fraction of valid joint-steps with |tau| >= 0.99 * limit (joints with a finite limit)."""
     limits = torch.as_tensor(torque_limits, dtype=torch.float64, device=torques.device)
     saturated = (torques.double().abs() >= fraction * limits.abs()).double()
-    return _mean(saturated, _as_bool(valid)[..., None])
+    return _mean(saturated, _as_bool(valid)[..., None] & torch.isfinite(limits).expand_as(saturated))
 
 
 def joint_limit_violation_rate(joint_pos: torch.Tensor, joint_limits: torch.Tensor, valid: torch.Tensor) -> float:
-    """Fraction of valid joint-steps with the joint position outside [lower, upper]."""
+    """Fraction of valid joint-steps with the joint position outside [lower, upper] (limited joints)."""
     limits = torch.as_tensor(joint_limits, dtype=torch.float64, device=joint_pos.device)
     q = joint_pos.double()
     outside = ((q < limits[..., 0]) | (q > limits[..., 1])).double()
-    return _mean(outside, _as_bool(valid)[..., None])
+    limited = (torch.isfinite(limits[..., 0]) | torch.isfinite(limits[..., 1])).expand_as(outside)
+    return _mean(outside, _as_bool(valid)[..., None] & limited)
 
 
 def foot_slip(foot_vel_xy: torch.Tensor, foot_contact: torch.Tensor, valid: torch.Tensor) -> float:

@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,12 @@ GAIT_PREFIX = "eval/gait/"
 CRITIC_PREFIX = "eval/critic/"
 REWARD_TERM_PREFIX = "train/episode/reward/"
 OVERRIDES_FILES = ("overrides.yaml", ".hydra/overrides.yaml")
-DESCENDING_BY_DEFAULT = ("eval/return_mean", "eval/critic/correlation", "train/episode_return")
-"""Sort keys where higher is better; every other metric (errors, rates) sorts lowest first."""
+DESCENDING_BY_DEFAULT = ("eval/return_mean", "eval/critic/correlation", "train/episode_return", "eval/length_mean",
+                         "train/episode_length")
+"""Sort keys where higher is better (also every `train/episode/reward/<term>`: penalties are negative);
+errors and rates sort lowest first."""
+BEST_AT = {"eval/critic/mean_residual": 0.0, "eval/critic/slope": 1.0}
+"""Sort keys whose best value is a target: runs sort by their distance from it."""
 
 
 class ReportError(ValueError):
@@ -109,7 +114,7 @@ def load_run(run_dir: Path) -> RunSummary:
     run.final_eval = evals[-1] if evals else {}
     trains = [r for r in records if "train/episode_return" in r]
     run.last_train = trains[-1] if trains else {}
-    npz = sorted((run_dir / DIAGNOSTICS_DIR).glob("eval_step_*.npz"))
+    npz = sorted(p for p in (run_dir / DIAGNOSTICS_DIR).glob("eval_step_*.npz") if p.name.count(".") == 1)
     run.diagnostics = npz[-1] if npz else None
     videos = sorted((run_dir / "videos").glob("*.mp4"))
     run.video = videos[-1] if videos else None
@@ -162,10 +167,12 @@ def resolve_sort_key(name: str, columns: list[str], other_keys: list[str] = ()) 
 def sort_runs(runs: list[RunSummary], key: str, descending: bool | None = None) -> list[RunSummary]:
     """Runs by `key`, best first (default direction: `DESCENDING_BY_DEFAULT`); NaN or missing last."""
     if descending is None:
-        descending = key in DESCENDING_BY_DEFAULT
+        descending = key in DESCENDING_BY_DEFAULT or key.startswith(REWARD_TERM_PREFIX)
 
     def order(run: RunSummary) -> tuple[bool, float]:
         v = run.value(key)
+        if key in BEST_AT:
+            v = abs(v - BEST_AT[key])
         return (math.isnan(v), 0.0 if math.isnan(v) else (-v if descending else v))
 
     return sorted(runs, key=order)
@@ -296,7 +303,12 @@ class _Images:
         path = self.folder / name
         if self.embed:
             return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
-        return Path(os.path.relpath(path, self.page_dir)).as_posix()
+        return _href(path, self.page_dir)
+
+
+def _href(path: Path, page_dir: Path) -> str:
+    """A relative URL from the page to a file: `#`, `?`, `%` and spaces in folder names are escaped."""
+    return urllib.parse.quote(Path(os.path.relpath(path, page_dir)).as_posix())
 
 
 def _img(images: _Images, name: str, alt: str) -> str:
@@ -400,8 +412,8 @@ def render_report(runs: list[RunSummary], out: Path, sort_key: str, descending: 
         if figs:
             parts.append("<div class='figs'>" + "".join(figs) + "</div>")
         if r.video is not None:
-            rel = Path(os.path.relpath(r.video, page_dir)).as_posix()
-            parts.append(f"<video controls muted preload='metadata' width='480' src='{html.escape(rel)}'></video>"
+            parts.append(f"<video controls muted preload='metadata' width='480' "
+                         f"src='{html.escape(_href(r.video, page_dir))}'></video>"
                          f"<p class='note'>{html.escape(r.video.name)}</p>")
         parts.append("</div>")
     parts.append("</body></html>\n")

@@ -25,13 +25,20 @@ from tensordict import TensorDict
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 from fast_td3 import checkpoint as ckpt
 from fast_td3 import distributed
-from fast_td3 import gait_metrics as gm
 from fast_td3 import replay as keys
 from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
 from fast_td3.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
-from fast_td3.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
+from fast_td3.evaluation import (
+    EvalTrace,
+    eval_seed,
+    gait_results,
+    read_gait_signals,
+    run_episodes,
+    summarize,
+    write_video,
+)
 from fast_td3.exploration import PerEnvGaussianNoise
 from fast_td3.logging import MetricsLogger
 from fast_td3.replay import ReplayBuffer
@@ -433,7 +440,7 @@ class Runner:
         dones, time_outs = to(step["dones"]).bool(), to(step["time_outs"]).bool()
         record = {
             "actions": actions.float(), "rewards": to(step["rewards"]).float(), "dones": dones,
-            "terminated": dones & ~time_outs, "valid": to(step["valid"]),
+            "terminated": to(step["terminations"]).bool(), "valid": to(step["valid"]),
             "q_pred": agent.value(obs, to(step["critic_obs"]), actions),
         }
         if self.cfg.algo.disable_bootstrap:
@@ -443,16 +450,7 @@ class Runner:
             final_obs = to(final[ACTOR])
             tail = agent.value(final_obs, to(final.get(CRITIC)), agent.act(final_obs))
             record["bootstrap"] = torch.where(time_outs, tail, 0.0)
-        gait = None
-        hook = getattr(env, gm.GAIT_SIGNALS_HOOK, None)
-        if callable(hook):
-            gait = {}
-            for key, value in hook().items():
-                if key in gm.STATIC_KEYS:
-                    trace.gait_static.setdefault(key, to(value) if isinstance(value, torch.Tensor) else value)
-                else:
-                    gait[key] = to(torch.as_tensor(value))
-        trace.append(record, gait)
+        trace.append(record, read_gait_signals(env, trace, to))
 
     def _eval_diagnostics(self, trace: EvalTrace) -> dict[str, float]:
         """Gait metrics and critic calibration of the recorded eval episodes (logged as
@@ -461,9 +459,7 @@ class Runner:
         data = trace.stacked()
         valid = data["valid"].bool()
         mc_return = discounted_returns(data["rewards"], data["dones"], self.cfg.algo.gamma, data["bootstrap"])
-        traj = {**trace.gait_stacked(), gm.ACTIONS: data["actions"], gm.TERMINATED: data["terminated"],
-                gm.DONES: data["dones"], gm.VALID: valid}
-        results = {f"eval/gait/{name}": value for name, value in gm.gait_metrics(traj).items()}
+        results = gait_results(trace)
         by_episode = valid.T  # [E, T]: samples ordered by episode, then time
         episode, t = torch.nonzero(by_episode, as_tuple=True)
         q_pred, mc = data["q_pred"].T[by_episode], mc_return.T[by_episode]

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 from fast_td3 import checkpoint as ckpt
 from fast_td3.logging import read_metrics
@@ -97,6 +98,8 @@ def test_train_then_eval_prints_one_json_line(tmp_path):
     line = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert line["task"] == "InvertedPendulum-v5" and line["step"] == 40 and line["episodes"] == 3
     assert line["return_mean"] > 0 and line["return_std"] >= 0
+    # gait metrics come with every evaluation; a pendulum reports only what the runner knows itself
+    assert set(line["gait"]) == {"action_smoothness", "fall_rate"} and 0 <= line["gait"]["fall_rate"] <= 1
 
 
 def test_run_folder_layout_and_multirun(tmp_path):
@@ -108,6 +111,19 @@ def test_run_folder_layout_and_multirun(tmp_path):
     assert single.returncode == 0, single.stderr
     (folder,) = (tmp_path / "out" / "InvertedPendulum-v5").iterdir()
     assert folder.name.endswith("_9") and (folder / "metrics.jsonl").is_file()
+
+
+def test_a_sweep_runs_several_at_a_time_with_the_joblib_launcher(tmp_path):
+    """`pip install -e ".[sweep]"`: N runs of one sweep at once, each a process of its own."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason='pip install -e ".[sweep]"')
+    result = run([TRAIN, "-m", *QUICK, "total_steps=40", "seed=1,2", "out_dir=out", "hydra/launcher=joblib",
+                  "hydra.launcher.n_jobs=2"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    runs = sorted(p for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
+    assert [p.name for p in runs] == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
+    started = [(run_dir / "config.yaml").stat().st_mtime for run_dir in runs]
+    ended = [(run_dir / "metrics.jsonl").stat().st_mtime for run_dir in runs]
+    assert started[0] < ended[1] and started[1] < ended[0]  # they overlapped
 
 
 def children_of(pid):

@@ -187,6 +187,19 @@ def test_a_finite_horizon_time_limit_does_not_bootstrap():
     env.step(torch.zeros(4, 2))
     _, _, dones, extras = env.step(torch.zeros(4, 2))
     assert dones.all() and not extras[TIME_OUTS].any()
+    assert not extras["terminations"].any()  # for metrics: a time limit, not a fall
+
+
+def test_eval_tells_time_limits_from_falls_when_time_outs_are_not_reported():
+    """no_bootstrap: the learner sees every end as a termination, the fall rate only the env's own."""
+    from fast_td3.evaluation import run_episodes
+
+    env = fake_adapter(num_envs=4, max_episode_steps=3)
+    assert env.final_observations == "no_bootstrap"
+    seen = []
+    run_episodes(env, lambda obs: torch.zeros(4, 2), seed=0, on_transition=seen.append)
+    assert seen[-1]["dones"].all() and not seen[-1]["time_outs"].any()
+    assert not any(step["terminations"].any() for step in seen)
 
 
 def test_training_on_isaac_lab_makes_one_simulation_per_process(tmp_path, monkeypatch):

@@ -46,6 +46,17 @@ def test_torque_saturation_rate_counts_joint_steps_at_99_percent_of_the_limit():
     assert gm.torque_saturation_rate(torques, torch.tensor([100.0, 100.0]), valid) == pytest.approx(2 / 4)
 
 
+def test_unlimited_joints_and_non_finite_values_are_left_out():
+    torques = torch.tensor([[[99.0, 500.0]], [[10.0, 900.0]]])
+    limits = torch.tensor([100.0, float("inf")])  # the second joint has no torque limit
+    assert gm.torque_saturation_rate(torques, limits, b([[T], [T]])) == pytest.approx(1 / 2)
+    q = torch.tensor([[[1.5, 9.0]], [[0.0, -9.0]]])
+    joint_limits = torch.tensor([[-1.0, 1.0], [-float("inf"), float("inf")]])
+    assert gm.joint_limit_violation_rate(q, joint_limits, b([[T], [T]])) == pytest.approx(1 / 2)
+    height = torch.tensor([[0.6, float("nan")], [0.7, 0.7]])  # env 1 diverged at its first step
+    assert gm.base_height_error(height, 0.65, b([[T, T], [T, T]])) == pytest.approx((0.05 + 0.05 + 0.05) / 3)
+
+
 def test_joint_limit_violation_rate():
     limits = torch.tensor([[-1.0, 1.0], [0.0, 2.0], [-0.5, 0.5]])
     q = torch.tensor([[[1.0, -0.1, 0.6]], [[-1.2, 1.0, 0.0]]])  # at a limit is inside

@@ -188,6 +188,9 @@ def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset(env):
                 np.testing.assert_allclose(signals["base_height"].numpy(), np.asarray(state.data.qpos[:, 2]))
                 np.testing.assert_allclose(signals["joint_pos"].numpy(), np.asarray(state.data.qpos[:, 7:]))
                 np.testing.assert_allclose(signals["command"].numpy(), np.asarray(state.info["command"]))
+                # applied torques: after the joints' torque limits
+                np.testing.assert_allclose(signals["torques"].numpy(), np.asarray(state.data.qfrc_actuator[:, 6:]))
+                assert (signals["torques"].abs() <= signals["torque_limits"] + 1e-4).all()
     finally:
         env._time_limit = jnp.int32(env.max_episode_steps)
     assert dones.all()

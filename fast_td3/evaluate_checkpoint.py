@@ -27,6 +27,7 @@ from fast_td3.agent import FastTD3
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
 from fast_td3.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
+from fast_td3.logging import json_safe
 
 
 def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> FastTD3:
@@ -120,7 +121,7 @@ def cli(argv: list[str] | None = None) -> None:
     except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
         print(f"fast-td3-eval: error: {error}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(result), flush=True)
+    print(json.dumps(json_safe(result), allow_nan=False), flush=True)
 
 
 if __name__ == "__main__":

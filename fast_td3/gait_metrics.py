@@ -179,8 +179,9 @@ def energy_per_metre(torques: torch.Tensor, joint_vel: torch.Tensor, dt: float, 
     step is unknown: its start position is not recorded), for energy and distance alike."""
     pairs = consecutive_pairs(valid, dones)
     power = (torques[1:].double() * joint_vel[1:].double()).abs().sum(-1)
-    energy = torch.where(pairs, power, 0.0).sum() * float(dt)
     steps = torch.linalg.vector_norm(base_pos_xy[1:].double() - base_pos_xy[:-1].double(), dim=-1)
+    pairs = pairs & torch.isfinite(power) & torch.isfinite(steps)  # a diverged state is left out of both
+    energy = torch.where(pairs, power, 0.0).sum() * float(dt)
     distance = torch.where(pairs, steps, 0.0).sum()
     if float(distance) <= 0.0:
         return math.nan

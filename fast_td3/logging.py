@@ -122,6 +122,18 @@ class ConsoleProgress:
             self._progress.stop()
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float (NaN: a metric nothing qualified for) as None, so the
+    JSON written is strict (`jq`, browsers); dicts and lists are converted throughout."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 class MetricsLogger:
     """Writes every log call to metrics.jsonl and to the enabled backends."""
 
@@ -177,8 +189,8 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
-        record.update({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()})
-        self._jsonl.write(json.dumps(record) + "\n")
+        record.update(json_safe(metrics))
+        self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
         if self._tensorboard is not None:
             for key, value in metrics.items():
                 self._tensorboard.add_scalar(key, value, step)

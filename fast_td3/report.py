@@ -100,7 +100,7 @@ def read_overrides(run_dir: Path) -> dict[str, str]:
         path = run_dir / name
         if path.is_file():
             out = {}
-            for item in OmegaConf.load(path):
+            for item in OmegaConf.to_container(OmegaConf.load(path), resolve=False):
                 item = str(item)
                 out[override_key(item)] = item.split("=", 1)[1] if "=" in item else ""
             return out
@@ -456,7 +456,7 @@ def cli(argv: list[str] | None = None) -> None:
                         help="metric to sort by: return, a gait metric (foot_slip, ...), rmse, or a full key")
     order = parser.add_mutually_exclusive_group()
     order.add_argument("--ascending", dest="descending", action="store_false", default=None,
-                       help="lowest first (default for every metric but returns and correlation)")
+                       help="lowest first (default for errors and rates)")
     order.add_argument("--descending", dest="descending", action="store_true", help="highest first")
     parser.add_argument("--embed-images", action="store_true", help="also put the figures in the page as data URIs")
     parser.add_argument("--bins", type=int, default=21, help="bins of the action histograms over [-1, 1]")

@@ -100,7 +100,7 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
     current = [str(o) for o in overrides]
     if resumed:
         new = [o for o in current if _override_key(o) != "resume"]
-        previous = [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
+        previous = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path), resolve=False)] if path.is_file() else []
         changed = {_override_key(o) for o in new}
         current = [o for o in previous if _override_key(o) not in changed] + new
     atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(current)).encode()))

@@ -26,6 +26,7 @@ import mujoco
 import numpy as np
 import yaml
 
+from fast_td3.logging import json_safe
 from sim2real import t1
 
 SEGMENTS = (
@@ -78,15 +79,23 @@ def load_bundle(folder: str | Path) -> Bundle:
         deploy_yaml = yaml.safe_load((folder / "T1.yaml").read_text())
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise BundleError(f"{folder}: unreadable bundle file ({error})") from None
-    if "deploy" not in meta:
-        raise BundleError(f"{folder} was exported from {meta.get('task')!r}, not a T1LowDimJoystick task")
+    if not isinstance(meta, dict) or not isinstance(meta.get("deploy"), dict):
+        task = meta.get("task") if isinstance(meta, dict) else None
+        raise BundleError(f"{folder} was exported from {task!r}, not a T1LowDimJoystick task")
+    missing = [k for k in ("control", "commands", "observation") if not isinstance(meta["deploy"].get(k), dict)]
+    if missing:
+        raise BundleError(f"{folder / 'meta.json'}: its deploy section lacks {missing}; re-export the bundle")
     required = {"common": ("dt", "stiffness", "damping", "default_qpos", "torque_limit"),
                 "policy": ("gait_frequency", "control")}
     for section, keys in required.items():
-        missing = [k for k in keys if k not in (deploy_yaml or {}).get(section, {})]
+        present = deploy_yaml.get(section) if isinstance(deploy_yaml, dict) else None
+        missing = [k for k in keys if not isinstance(present, dict) or k not in present]
         if missing:
             raise BundleError(f"{folder / 'T1.yaml'}: section {section!r} lacks {missing}")
-    policy = torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
+    try:
+        policy = torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
+    except (RuntimeError, OSError) as error:
+        raise BundleError(f"{folder / 'policy.pt'} is not a TorchScript file torch.jit.load can read ({error})") from None
     return Bundle(folder, policy, meta, deploy_yaml)
 
 
@@ -291,6 +300,8 @@ def cli(argv: list[str] | None = None) -> None:
             raise BundleError(f"unknown options {sorted(unknown)}; known: bundle, seconds, report, min_height, "
                               "min_tilt_cos")
         numbers = {key: float(options[key]) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
+        if numbers.get("seconds", 1.0) <= 0:
+            raise BundleError(f"seconds must be positive, got {numbers['seconds']}")
         bundle = load_bundle(options["bundle"])
     except ValueError as error:  # BundleError, or a number that is not one
         print(f"error: {error}", file=sys.stderr)
@@ -298,7 +309,7 @@ def cli(argv: list[str] | None = None) -> None:
     report = run(bundle, **numbers)
     print_report(report)
     if "report" in options:
-        Path(options["report"]).write_text(json.dumps(report.to_dict(), indent=2))
+        Path(options["report"]).write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
     print(json.dumps({"passed": report.passed, "fell": any(s.fell for s in report.segments),
                       "deploy_mismatches": len(report.deploy_mismatches)}))
     sys.exit(0 if report.passed else 1)

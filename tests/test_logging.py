@@ -64,3 +64,11 @@ def test_console_line_shows_step_return_throughput(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "[Hopper-v5] step 10/100 | return 12.5 | env steps/s 640"
     assert lines[1] == "[Hopper-v5] step 20/100 | return 12.5 | env steps/s 640 | updates/s 80"
+
+
+def test_json_safe_writes_non_finite_metrics_as_null():
+    from fast_td3.logging import json_safe
+
+    value = {"gait": {"foot_slip": float("nan"), "rates": [float("inf"), 0.5]}, "task": "T1", "step": 3}
+    assert json_safe(value) == {"gait": {"foot_slip": None, "rates": [None, 0.5]}, "task": "T1", "step": 3}
+    json.dumps(json_safe(value), allow_nan=False)  # strict JSON

@@ -100,3 +100,10 @@ def test_report_renders_in_headless_chromium(sweep, tmp_path):
     assert pixels.shape[:2] == (2000, 1280)
     not_white = (pixels < 0.9).any(-1).mean()
     assert 0.02 < not_white < 0.9, f"{not_white:.3f} of the page is not white"
+
+
+def test_overrides_are_read_without_resolving_interpolations(tmp_path):
+    from fast_td3.report import read_overrides
+
+    (tmp_path / "overrides.yaml").write_text("- task=T1\n- out_dir=runs/${now:%Y-%m-%d}\n")
+    assert read_overrides(tmp_path) == {"task": "T1", "out_dir": "runs/${now:%Y-%m-%d}"}

@@ -87,6 +87,22 @@ def test_gains_that_differ_from_training_are_flagged():
     assert len(problems) == 4
 
 
+def test_bad_sim2sim_input_exits_2_with_a_message(tmp_path, capsys):
+    bundle = _bundle(tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps(bundle.meta))
+    (tmp_path / "T1.yaml").write_text(yaml.safe_dump(bundle.deploy_yaml))
+    (tmp_path / "policy.pt").write_bytes(b"not a TorchScript archive")
+    for args, message in ((["seconds=abc"], "could not convert"), (["seconds=0"], "seconds must be positive"),
+                          ([], "not a TorchScript file")):
+        with pytest.raises(SystemExit) as exited:
+            sim2sim.cli([f"bundle={tmp_path}", *args])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+    (tmp_path / "T1.yaml").write_text("- a list, not the deploy configuration\n")
+    with pytest.raises(SystemExit) as exited:
+        sim2sim.cli([f"bundle={tmp_path}"])
+    assert exited.value.code == 2 and "section 'common' lacks" in capsys.readouterr().err
+
+
 def test_rates_the_bundle_cannot_carry_are_refused():
     with pytest.raises(ValueError, match="action_repeat"):
         t1_lowdim.deploy_spec({"action_repeat": 2})

@@ -24,7 +24,8 @@ from fast_td3.config import AlgoConfig
 from fast_td3.distributed import average_gradients_
 from fast_td3.device import resolve_device
 from fast_td3.networks import Actor, DistributionalCritic, project_distribution
-from fast_td3.normalization import EmpiricalNormalization, RewardNormalization
+from fast_td3.normalization import EmpiricalNormalization, RewardNormalization, return_bound_of_support
+from fast_td3.precision import Precision, configure_matmul, resolve_precision
 from fast_td3 import replay as keys
 
 # torch.compile mode per device type when AlgoConfig.compile_mode == "auto".
@@ -208,6 +209,9 @@ class FastTD3(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.device = resolve_device(device)
+        self.precision: Precision = resolve_precision(cfg.precision, self.device)
+        """What `cfg.precision` resolved to on this device (auto: by the hardware), and why."""
+        configure_matmul(self.precision, self.device)
         self.num_obs = num_obs
         self.num_actions = num_actions
         self.num_critic_obs = num_critic_obs
@@ -230,7 +234,8 @@ class FastTD3(nn.Module):
             self.obs_normalizer = nn.Identity()
             self.critic_obs_normalizer = nn.Identity()
         self.reward_normalizer = (
-            RewardNormalization(num_envs, cfg.gamma) if cfg.reward_normalization else None
+            RewardNormalization(num_envs, cfg.gamma, g_max=return_bound_of_support(cfg.v_min, cfg.v_max))
+            if cfg.reward_normalization else None
         )
         self.to(self.device)
 
@@ -284,7 +289,7 @@ class FastTD3(nn.Module):
         return None if mode == "default" else mode
 
     def _autocast(self):
-        if self.cfg.precision == "bf16":
+        if self.precision.bf16:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 

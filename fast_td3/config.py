@@ -13,7 +13,8 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "bf16", "fp32")
+"""Values of AlgoConfig.precision; fast_td3.precision resolves them on the hardware."""
 
 
 class ConfigError(ValueError):
@@ -82,7 +83,7 @@ class AlgoConfig:
     weight_decay: float = 0.1
     """AdamW weight decay of both optimisers."""
     adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
-    """AdamW betas."""
+    """AdamW betas (the reference keeps torch's (0.9, 0.999); see the README's measurement)."""
     max_grad_norm: float = 0.0
     """Clip gradients to this global norm (0 disables clipping)."""
 
@@ -107,8 +108,9 @@ class AlgoConfig:
     """Added to the std of the observation normaliser."""
 
     # --- execution ----------------------------------------------------------
-    precision: str = "bf16"
-    """'bf16' runs networks under bfloat16 autocast; 'fp32' disables it."""
+    precision: str = "auto"
+    """'auto': bf16 where the hardware computes it natively (CUDA 8.0+, AMX/AVX512-BF16 CPUs, by a
+    cached sub-second probe), else fp32; 'bf16' forces bfloat16 autocast; 'fp32' disables it."""
     compile: bool = True
     """torch.compile the update function."""
     compile_mode: str = "auto"
@@ -140,6 +142,13 @@ class AlgoConfig:
             problems.append(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             problems.append(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.buffer_size < 1:
+            problems.append(f"buffer_size must be >= 1, got {self.buffer_size}")
+        elif self.learning_starts > self.buffer_size:
+            problems.append(
+                f"learning_starts ({self.learning_starts}) must be <= buffer_size ({self.buffer_size}): "
+                "the buffer holds at most buffer_size steps per env, so learning would never start"
+            )
         if len(self.adam_betas) != 2:
             problems.append(f"adam_betas needs two values, got {list(self.adam_betas)}")
         if problems:
@@ -242,6 +251,9 @@ class TrainConfig:
     """Root of run folders: <out_dir>/<task>/<timestamp>_<seed>/."""
     resume: Optional[str] = None
     """Run folder or checkpoint file to continue (same folder, step counter and schedules)."""
+    resolved: Dict[str, Any] = field(default_factory=dict)
+    """Written by the trainer: what `auto` settings became on the machine that ran (precision and
+    why, torch threads); informational, a resumed run resolves again on its own machine."""
     check_finite: bool = True
     """Stop with a checkpoint when an observation or reward is NaN/inf (one host sync per step)."""
 

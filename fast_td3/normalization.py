@@ -96,13 +96,22 @@ class EmpiricalNormalization(nn.Module):
         self.count.copy_(total)
 
 
+def return_bound_of_support(v_min: float, v_max: float) -> float:
+    """The largest |return| the reward normaliser lets through: the smaller end of the C51
+    support (a support with an end at 0 uses the other end), so normalised targets stay
+    spread over the atoms rather than squeezed onto a few of them."""
+    ends = sorted((abs(v_min), abs(v_max)))
+    return ends[0] if ends[0] > 0 else ends[1]
+
+
 class RewardNormalization(nn.Module):
     """Scale rewards by the running std of the per-env discounted return.
 
     The return `G <- gamma * (1 - done) * G + r` is tracked per env during
     collection (`update`); sampled rewards are divided by
     `max(std(G), max|G| / g_max, eps)`, so the critic's targets stay in a range
-    a fixed C51 support can hold.
+    a fixed C51 support can hold; `g_max` comes from the support
+    (`return_bound_of_support`).
     """
 
     def __init__(self, num_envs: int, gamma: float, g_max: float = 10.0, eps: float = 1e-8) -> None:

@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 import hydra
+import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from envs.registry import (
@@ -30,6 +32,7 @@ from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_
 from fast_td3.device import resolve_device
 from fast_td3.evaluation import eval_seed
 from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, Runner, TrainingStopped
+from fast_td3.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVED_CONFIG = "config.yaml"
@@ -119,12 +122,8 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
     say(f"Envs: {env!r}" + (f" on each of {ranks.world_size} ranks" if ranks.enabled else ""), flush=True)
     eval_env = None
     try:
-        resolved = getattr(env, "resolved_options", {})
-        if any(env_cfg.options.get(k) != v for k, v in resolved.items()):
-            # e.g. backend=auto -> envpool: a resumed run and fast-td3-eval keep the same physics
-            env_cfg.options.update(resolved)
-            if ranks.is_main:
-                record_config(OmegaConf.structured(cfg), run_dir)
+        # e.g. backend=auto -> envpool: a resumed run and fast-td3-eval keep the same physics
+        env_cfg.options.update(getattr(env, "resolved_options", {}))
         eval_options = env_cfg.adapter_options(evaluation=True)
         if cfg.eval_video:  # on every rank, so all evaluate on the same physics; rank 0 draws
             eval_options["render_mode"] = "rgb_array"
@@ -135,6 +134,13 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
             eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
             say(f"Eval envs: {eval_env!r}", flush=True)
         runner = Runner(cfg, env, eval_env, run_dir, ranks=ranks)
+        precision = runner.agent.precision
+        say(f"Precision: {precision}", flush=True)
+        # what `auto` meant on this machine; a resume re-resolves on its own machine
+        cfg.resolved.update(precision=precision.name, precision_reason=precision.reason,
+                            torch_threads=torch.get_num_threads())
+        if ranks.is_main:
+            record_config(OmegaConf.structured(cfg), run_dir)
         if cfg.resume:
             checkpoint = find_checkpoint(cfg.resume)
             runner.load(checkpoint)
@@ -144,6 +150,14 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
         env.close()
         if eval_env is not None:
             eval_env.close()
+
+
+def _sweep_jobs_in_parallel(hydra_cfg) -> int:
+    """Runs of this sweep executing at once (the joblib launcher's n_jobs), else 1."""
+    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=None)
+    if hydra_cfg.mode != RunMode.MULTIRUN or not isinstance(n_jobs, int):
+        return 1
+    return joblib_parallel_jobs(n_jobs, cores_available())
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -156,6 +170,8 @@ def main(cfg: DictConfig) -> float | None:
             find_checkpoint(cfg.resume)  # fail before touching the run folder
             cfg = _resumed_config(cfg)
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        threads = thread_share(cores_available(), sweep_jobs=_sweep_jobs_in_parallel(hydra_cfg))
+        apply_thread_share(threads)
         # after the resumed config: its device picks NCCL or gloo (SINGLE unless launched by torchrun)
         ranks = distributed.init(resolve_device(train_cfg.device))
         if not cfg.resume and (run_dir / RESOLVED_CONFIG).exists():
@@ -163,6 +179,8 @@ def main(cfg: DictConfig) -> float | None:
                 f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
             )
         distributed.barrier(ranks)  # every rank has checked before rank 0 writes config.yaml
+        if ranks.is_main and threads.threads < cores_available():
+            print(f"Torch threads: {threads}", flush=True)
         if train_cfg.eval_video:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
             if importlib.util.find_spec("imageio_ffmpeg") is None:

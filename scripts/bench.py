@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import platform
 import resource
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from bench_update import PLAYGROUND_SHAPES, synchronize, synthetic_batch  # noqa
 
 from fast_td3.agent import FastTD3  # noqa: E402
 from fast_td3.config import AlgoConfig  # noqa: E402
+from fast_td3.precision import cpu_model, resolve_precision  # noqa: E402
 
 GPU_BF16_PEAK_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
                         "RTX 4090": 165.0, "A10": 125.0}
@@ -106,7 +106,7 @@ def bench_updates(sizes: list[str], device: torch.device, seconds: float) -> lis
     rows = []
     for name in sizes:
         torch._dynamo.reset()
-        cfg = AlgoConfig(precision="bf16", **SIZES[name])
+        cfg = AlgoConfig(precision="auto", **SIZES[name])
         batch = synthetic_batch(cfg.batch_size, device)
         shapes = PLAYGROUND_SHAPES
         agent = FastTD3(cfg, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"], device=device)
@@ -122,7 +122,8 @@ def bench_updates(sizes: list[str], device: torch.device, seconds: float) -> lis
         synchronize(device)
         rate = updates / (time.perf_counter() - start)
         flops = update_flops(cfg, batch, device)
-        rows.append({"size": name, "batch": cfg.batch_size, "compiled": cfg.compile, "updates_per_s": rate,
+        rows.append({"size": name, "batch": cfg.batch_size, "compiled": cfg.compile, "precision": agent.precision.name,
+                     "updates_per_s": rate,
                      "warmup_s": warmup, "flops_per_update": flops, "flop_per_s": flops * rate})
     return rows
 
@@ -241,13 +242,14 @@ def main() -> None:
     training = bench_training(args.task, device, warmup_steps=60, steps=args.steps)
     memory = peak_memory_mb(device)
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     print(f"Device: {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"algo.precision=auto resolves to {resolve_precision('auto', device)}")
     print(f"Peak assumed: {peak / 1e12:.2f} TFLOP/s bf16 ({peak_source})\n")
     print("| learner | batch | updates/s | GFLOP/update | achieved TFLOP/s | of peak |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in updates:
-        print(f"| {r['size']} ({'compiled' if r['compiled'] else 'eager'}, bf16) | {r['batch']} | "
+        print(f"| {r['size']} ({'compiled' if r['compiled'] else 'eager'}, {r['precision']}) | {r['batch']} | "
               f"{r['updates_per_s']:.2f} | {r['flops_per_update'] / 1e9:.2f} | {r['flop_per_s'] / 1e12:.3f} | "
               f"{r['flop_per_s'] / peak:.1%} |")
     print("\n| suite | task | envs | env steps/s |\n|---|---|---:|---:|")

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 
 import torch
 
 from fast_td3.agent import FastTD3
 from fast_td3.config import AlgoConfig
+from fast_td3.precision import cpu_model, resolve_precision
 from fast_td3.replay import ReplayBuffer
 
 MODES = {  # name -> (precision, compile)
@@ -100,12 +100,12 @@ def replay_memory_report() -> list[dict]:
     return rows
 
 
-def cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "amx_bf16" in f.read()
-    except OSError:
-        return False
+def bf16_over_fp32(results: list[dict], compile_: bool) -> dict[int, float]:
+    """bf16 steps/s over fp32 steps/s per batch size, for eager or compiled modes."""
+    kind = "compiled" if compile_ else "eager"
+    rates = {(r["batch_size"], r["mode"]): r["steps_per_s"] for r in results}
+    return {b: rates[(b, f"{kind} bf16")] / rates[(b, f"{kind} fp32")]
+            for b, m in rates if m == f"{kind} fp32" and (b, f"{kind} bf16") in rates}
 
 
 def main() -> None:
@@ -121,9 +121,10 @@ def main() -> None:
     if "eager fp32" not in args.modes:
         args.modes.insert(0, "eager fp32")  # the baseline every ratio refers to
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    print(f"device: {device} ({name}); torch {torch.__version__}; threads {torch.get_num_threads()}"
-          + (f"; AMX-bf16: {cpu_has_amx()}" if device.type == "cpu" else ""))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    auto = resolve_precision("auto", device)
+    print(f"device: {device} ({name}); torch {torch.__version__}; threads {torch.get_num_threads()}")
+    print(f"algo.precision=auto resolves to {auto}")
     print("update step = 1 critic + 1 actor update; networks 1024-512-256 x2 (101 atoms) / 512-256-128;"
           f" obs {PLAYGROUND_SHAPES['num_obs']}, critic obs {PLAYGROUND_SHAPES['num_critic_obs']},"
           f" actions {PLAYGROUND_SHAPES['num_actions']}\n")
@@ -143,13 +144,20 @@ def main() -> None:
             print(f"{batch_size:>6}  {mode:<14} {rate:>9.2f} {1000 / rate:>9.1f} {rate / baseline:>13.2f}x {warmup:>10.1f}",
                   flush=True)
 
+    ratios = {kind: bf16_over_fp32(results, kind == "compiled") for kind in ("eager", "compiled")}
+    for kind, by_batch in ratios.items():
+        if by_batch:
+            print(f"\n{kind} bf16 / {kind} fp32: " + ", ".join(f"{r:.2f}x at batch {b}" for b, r in by_batch.items()))
     print(f"\nreplay memory, {PLAYGROUND_SHAPES['num_envs']} envs x {PLAYGROUND_SHAPES['capacity']} steps:")
     memory = replay_memory_report()
     for row in memory:
         print(f"  {row['layout']:<42} {row['bytes'] / 2**30:6.2f} GiB")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": str(device), "device_name": name, "updates": results, "replay_memory": memory}, f, indent=2)
+            json.dump({"device": str(device), "device_name": name, "auto_precision": auto.name,
+                       "auto_precision_reason": auto.reason, "updates": results,
+                       "bf16_over_fp32": {k: {str(b): r for b, r in v.items()} for k, v in ratios.items()},
+                       "replay_memory": memory}, f, indent=2)
 
 
 if __name__ == "__main__":

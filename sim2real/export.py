@@ -141,7 +141,7 @@ def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_
             "input": "obs",
             "output": "actions",
             "actor_hidden_dims": list(cfg.algo.actor_hidden_dims),
-            "trained_precision": cfg.algo.precision,
+            "trained_precision": cfg.resolved.get("precision", cfg.algo.precision),
             "exported_precision": "fp32",
         },
         "exporter": {"fast_td3": __version__, "torch": torch.__version__},

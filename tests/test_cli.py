@@ -91,6 +91,9 @@ def test_train_then_eval_prints_one_json_line(tmp_path):
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file() and (run_dir / ".hydra" / "overrides.yaml").is_file()
+    # the precision actually used, and why, is printed and recorded with the run
+    assert "Precision: fp32 (set explicitly)" in result.stdout
+    assert "precision: fp32\n" in (run_dir / "config.yaml").read_text().split("resolved:")[1]
     records = read_metrics(run_dir)
     assert [r["step"] for r in records if "eval/return_mean" in r] == [20, 40]
     evaluated = run([EVAL, str(run_dir), "--episodes", "3"], tmp_path)
@@ -121,7 +124,7 @@ def test_a_sweep_runs_several_at_a_time_with_the_joblib_launcher(tmp_path):
     assert result.returncode == 0, result.stderr
     runs = sorted(p for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
     assert [p.name for p in runs] == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
-    started = [(run_dir / "config.yaml").stat().st_mtime for run_dir in runs]
+    started = [(run_dir / ".hydra" / "config.yaml").stat().st_mtime for run_dir in runs]  # Hydra writes it first
     ended = [(run_dir / "metrics.jsonl").stat().st_mtime for run_dir in runs]
     assert started[0] < ended[1] and started[1] < ended[0]  # they overlapped
 

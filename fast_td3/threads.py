@@ -1,0 +1,68 @@
+"""Each training process's share of the CPU cores.
+
+Several trainers on one machine (torchrun ranks, a joblib sweep's parallel runs)
+each start with torch's default of one thread per core, so N processes run N
+times as many threads as there are cores and spend the difference waiting on
+each other. Each process takes `cores // processes` threads instead.
+`FAST_TD3_THREADS` sets the count explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+THREADS_ENV = "FAST_TD3_THREADS"
+
+
+@dataclass(frozen=True)
+class ThreadShare:
+    threads: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.threads} ({self.reason})"
+
+
+def cores_available() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset or a container)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def joblib_parallel_jobs(n_jobs: int, cores: int) -> int:
+    """Runs a joblib launcher executes at once for `n_jobs` (joblib's meaning: -1 is every core)."""
+    return n_jobs if n_jobs > 0 else max(cores + 1 + n_jobs, 1)
+
+
+def thread_share(
+    cores: int, environ: Mapping[str, str] | None = None, sweep_jobs: int = 1
+) -> ThreadShare:
+    """Threads for one process: $FAST_TD3_THREADS when set, else the cores divided over the
+    torchrun ranks on this node ($LOCAL_WORLD_SIZE) times the sweep runs in parallel."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(THREADS_ENV)
+    if explicit:
+        try:
+            threads = int(explicit)
+        except ValueError:
+            threads = 0
+        if threads < 1:
+            raise ValueError(f"{THREADS_ENV} must be a positive integer, got {explicit!r}")
+        return ThreadShare(threads, f"{THREADS_ENV}")
+    ranks = max(int(environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    processes = ranks * max(sweep_jobs, 1)
+    if processes == 1:
+        return ThreadShare(cores, f"all {cores} cores")
+    parts = [f"{ranks} ranks" if ranks > 1 else "", f"{sweep_jobs} parallel sweep runs" if sweep_jobs > 1 else ""]
+    return ThreadShare(max(cores // processes, 1), f"{cores} cores shared by " + " x ".join(p for p in parts if p))
+
+
+def apply_thread_share(share: ThreadShare) -> None:
+    """Set torch's intra-op threads (imported here: callers decide before heavy imports)."""
+    import torch
+
+    torch.set_num_threads(share.threads)

@@ -41,6 +41,9 @@ class CheckpointError(ValueError):
 class CheckpointWriteError(OSError):
     """Writing a checkpoint failed (disk full, I/O error); the last good one is kept."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def synchronize_devices() -> None:
     import torch
@@ -74,6 +77,8 @@ def atomic_write_bytes(path: Path, writer) -> None:
                 # torch's zip writer turns a failed write into "unexpected pos ..."; the OS error is the news
                 if checked.os_error is not None and checked.os_error is not error:
                     raise checked.os_error from None
+                if "unexpected pos" in str(error):  # a short write torch noticed only afterwards
+                    raise _short_write_error(path.parent, error) from None
                 raise
             f.flush()
             os.fsync(f.fileno())
@@ -82,6 +87,18 @@ def atomic_write_bytes(path: Path, writer) -> None:
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
+
+
+def _short_write_error(folder: Path, error: Exception) -> OSError:
+    """The OS error a write cut short most likely met: ENOSPC when the disk is (nearly) full."""
+    try:
+        stats = os.statvfs(folder)
+        free = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 2**20:
+        return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free; torch said: {error})")
+    return OSError(errno.EIO, f"the write was cut short (torch said: {error})")
 
 
 class _RecordingFile:
@@ -150,14 +167,18 @@ def read(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dic
 def _unreadable_reason(head: bytes) -> str:
     if head == _ZIP_MAGIC:
         return "truncated or damaged (a write cut short, a disk that filled up, an incomplete copy)"
+    if not head.strip(b"\0"):
+        return "damaged (zero-filled: a write lost in a crash)"
     return "not a fast-td3 checkpoint (not a PyTorch file)"
 
 
 def check_contents(state: Any, path: Path) -> None:
     """CheckpointError unless `state` looks like a checkpoint this version can read."""
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
-        found = ", ".join(map(str, list(state)[:6])) if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file holding {found or 'nothing'})")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file holding a {type(state).__name__})")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file without {', '.join(missing)})")
     version = state["format"]
     if not isinstance(version, int) or version > FORMAT:
         raise CheckpointError(f"{path}: written by a newer fast-td3 (checkpoint format {version}; this "

@@ -340,6 +340,8 @@ def check_command_line(args: list[str], suites: dict[str, str] | None = None) ->
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
+        if key.startswith("+") and not key.lstrip("+").startswith("hydra"):
+            key = key.lstrip("+")  # `+key=v` adds a key; the schema has every key there is
         if key == "resume" and value not in ("", "null") and not Path(value).expanduser().exists():
             return f"resume={value}: no such run folder or checkpoint file"
         if key in GROUPS:
@@ -469,22 +471,19 @@ def _topmost_missing(path: Path) -> Path | None:
     return missing
 
 
-def _check_writable(path: Path, what: str) -> None:
-    """ConfigError unless the folder `path` exists and is writable or can be created."""
-    existing = next(folder for folder in (path, *path.parents) if folder.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"{what}: cannot create {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}: cannot create {path}: {existing} is not writable")
+def _make_folder(path: Path, what: str) -> None:
+    """Create `path` (and its parents); ConfigError naming `what` when the OS refuses."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{what}: cannot create {path}: {error.strerror or error}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: {path} is not writable")
 
 
 def claim_run_dir(root: Path, stamp: str, seed: int) -> Path:
     """A new folder `root/<stamp>_<seed>` (`-2`, `-3`, ... on a clash), made here: two runs
     launched in the same second never share a folder."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"out_dir: cannot create the run folder in {root}: {error.strerror or error}") from None
     for attempt in range(1, 10_000):
         path = root / (f"{stamp}_{seed}" if attempt == 1 else f"{stamp}_{seed}-{attempt}")
         try:
@@ -528,12 +527,12 @@ def preflight(overrides: list[str]) -> None:
         if has_checkpoints(folder):
             raise ConfigError(f"{folder} already holds a run; continue it with resume={folder} "
                               "or choose another folder")
-        _check_writable(folder, "hydra.run.dir")
         LAUNCH.created = _topmost_missing(folder.absolute())
+        _make_folder(folder, "hydra.run.dir")
         return
     root = Path(train_cfg.out_dir).expanduser().absolute() / train_cfg.env.task
-    _check_writable(root, f"out_dir={train_cfg.out_dir}")
     created = _topmost_missing(root)
+    _make_folder(root, f"out_dir={train_cfg.out_dir}")
     LAUNCH.run_dir = claim_run_dir(root, time.strftime("%Y-%m-%d_%H-%M-%S"), train_cfg.seed)
     LAUNCH.created = created or LAUNCH.run_dir
 
@@ -545,7 +544,16 @@ def _fail(message: str) -> None:
 
 def cli() -> None:
     """Console-script entry point: our help and friendly checks first, then Hydra."""
-    args = sys.argv[1:]
+    try:
+        _cli(sys.argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C while starting up (main handles its own)
+        if LAUNCH.run_dir is not None:
+            _discard_new_run(LAUNCH.run_dir)
+        print("Aborted before training started: nothing to resume.", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def _cli(args: list[str]) -> None:
     if "--help" in args or "-h" in args:
         print(help_text())
         return
@@ -565,9 +573,11 @@ def cli() -> None:
             if multirun:
                 _fail("a sweep (-m) cannot run under torchrun; launch one torchrun job per run")
             args += distributed.hydra_overrides(args)
-    if not multirun and not info_only:
+    # Hydra's flags that change what is composed (--config-name, ...) leave the checks to main
+    flags = [arg for arg in args if arg.startswith("-") and arg not in ("-r", "--run")]
+    if not flags:
         try:
-            preflight([a for a in args if not a.startswith("-")])
+            preflight([arg for arg in args if not arg.startswith("-")])
         except (*USER_ERRORS, DeviceError) as error:
             _fail(str(error))
     sys.argv[1:] = args

@@ -27,7 +27,7 @@ LATEST = "latest"
 UNREADABLE_DIR = "unreadable"
 FORMAT = 1
 """The checkpoint layout this version writes; files of a higher format are refused."""
-REQUIRED_KEYS = ("format", "global_step", "agent", "env", "config")
+REQUIRED_KEYS = ("global_step", "agent", "env", "config")  # "format" too, except in early checkpoints
 FIXED_KEYS = ("env.suite", "env.task", "seed")
 """Config keys a checkpoint must share with the run that loads it (a resume cannot change them)."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
@@ -133,14 +133,10 @@ def save_atomic(state: dict[str, Any], path: Path) -> None:
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
-def load(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """A checkpoint's contents; CheckpointError (naming the file and why) when it cannot be used."""
-    return read(path, map_location)
-
-
-def read(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
-    """Load and check a checkpoint file. `mmap=True` maps tensor data instead of reading it:
-    a quick whole-file check (a truncated file has lost the zip directory at its end)."""
+def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint's contents; CheckpointError (naming the file and why) when it cannot be used.
+    `mmap=True` maps tensor data instead of reading it: a quick check of a whole file (a
+    truncated one has lost the zip directory at its end)."""
     import torch
 
     path = Path(path)
@@ -179,7 +175,7 @@ def check_contents(state: Any, path: Path) -> None:
     missing = [key for key in REQUIRED_KEYS if key not in state]
     if missing:
         raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file without {', '.join(missing)})")
-    version = state["format"]
+    version = state.get("format", FORMAT)
     if not isinstance(version, int) or version > FORMAT:
         raise CheckpointError(f"{path}: written by a newer fast-td3 (checkpoint format {version}; this "
                               f"version reads format {FORMAT} and older): upgrade fast-td3 to load it")
@@ -288,11 +284,11 @@ def pick_for_resume(path: str | Path) -> tuple[Path, dict[str, Any], list[tuple[
     named = Path(path).expanduser()
     path = find_checkpoint(named)
     if named.is_file() and named.name != LATEST:
-        return path, read(path, mmap=True), []
+        return path, load(path, mmap=True), []
     unreadable: list[tuple[Path, str]] = []
     for candidate in reversed(CheckpointManager(path.parent.parent).all()):
         try:
-            return candidate, read(candidate, mmap=True), unreadable
+            return candidate, load(candidate, mmap=True), unreadable
         except CheckpointError as error:
             unreadable.append((candidate, str(error).removeprefix(f"{candidate}: ")))
     reasons = "; ".join(f"{p.name}: {why}" for p, why in unreadable)

@@ -6,7 +6,10 @@
     fast-td3-train --cfg job                           # print the composed config
 
 This module is the composition root: the only place that knows the config, the env
-registry and the runner together.
+registry and the runner together. Before Hydra makes a run folder, `preflight` composes
+and validates the config, checks the device and the checkpoint a resume continues from,
+and claims a uniquely named folder; a mistake in a key, value or path is reported in one
+line before torch, JAX or a suite is imported (README "Exit codes and errors").
 """
 
 from __future__ import annotations
@@ -417,7 +420,8 @@ def _unknown_group_option(group: str, value: str) -> str | None:
     return None
 
 
-_CONVERSIONS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+# OmegaConf's "could not be converted to X" / "is not a valid y" -> what the key takes
+_CONVERSIONS = {("Integer", "int"): "an integer", ("Float", "float"): "a number", ("Boolean", "bool"): "true or false"}
 
 
 def _hydra_problem(error: Exception, overrides: list[str]) -> str:
@@ -439,8 +443,8 @@ def _hydra_problem(error: Exception, overrides: list[str]) -> str:
     if message.startswith("Error merging override ") and cause is not None:
         override = message.removeprefix("Error merging override ")
         detail = str(cause).splitlines()[0]
-        for kind, wanted in _CONVERSIONS.items():
-            if detail.endswith(f"could not be converted to {kind}"):
+        for (kind, short), wanted in _CONVERSIONS.items():
+            if detail.endswith(f"could not be converted to {kind}") or f"is not a valid {short} " in detail:
                 return f"{override}: {_override_key(override)} takes {wanted}"
         return f"{override}: {detail}"
     return message
@@ -496,6 +500,48 @@ def claim_run_dir(root: Path, stamp: str, seed: int) -> Path:
     raise ConfigError(f"out_dir: no free run folder name under {root}")
 
 
+def validated(cfg: DictConfig) -> TrainConfig:
+    """The typed config; ConfigError (one line naming the field) when a value cannot work."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:  # OmegaConf's own validation, e.g. a missing value
+        raise ConfigError(str(error).splitlines()[0]) from None
+
+
+MAX_SWEEP_CHECKS = 64
+
+
+def check_sweep(overrides: list[str]) -> None:
+    """Every value of a sweep (`-m`) composes and validates, each with the other keys at their
+    first value, before Hydra makes the sweep's folder. Intervals and globs are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        raise ConfigError(_hydra_problem(error, overrides)) from None
+    choices = []
+    for override in parsed:
+        if override.is_hydra_override():
+            continue
+        if not override.is_sweep_override():
+            values = [override.get_value_element_as_str()]
+        elif override.is_discrete_sweep() and override.value_type != ValueType.GLOB_CHOICE_SWEEP:
+            values = list(override.sweep_string_iterator())
+        else:
+            return
+        choices.append((override.get_key_element(), values))
+    first = [f"{key}={values[0]}" for key, values in choices]
+    variants = [first] + [first[:i] + [f"{key}={value}"] + first[i + 1:]
+                          for i, (key, values) in enumerate(choices) for value in values[1:]]
+    for variant in variants[:MAX_SWEEP_CHECKS]:
+        validated(compose_config(variant))
+
+
 def preflight(overrides: list[str]) -> None:
     """Every check a run can make before Hydra makes its folder: compose and validate the config
     (a resume: its saved config and a checkpoint that reads and belongs to it), the device, the
@@ -506,12 +552,7 @@ def preflight(overrides: list[str]) -> None:
         LAUNCH.resume_from, state, LAUNCH.unreadable = pick_for_resume(cfg.resume)
         cfg = _resumed_config(cfg, overrides)
         check_matches(state, OmegaConf.to_container(cfg, resolve=True), LAUNCH.resume_from)
-    try:
-        train_cfg: TrainConfig = OmegaConf.to_object(cfg)
-    except ConfigError:
-        raise
-    except Exception as error:  # noqa: BLE001 -- OmegaConf's own validation, e.g. a missing value
-        raise ConfigError(str(error).splitlines()[0]) from None
+    train_cfg = validated(cfg)
     if train_cfg.device not in ("auto", "cpu"):
         from fast_td3.device import resolve_device
 
@@ -574,10 +615,11 @@ def _cli(args: list[str]) -> None:
                 _fail("a sweep (-m) cannot run under torchrun; launch one torchrun job per run")
             args += distributed.hydra_overrides(args)
     # Hydra's flags that change what is composed (--config-name, ...) leave the checks to main
-    flags = [arg for arg in args if arg.startswith("-") and arg not in ("-r", "--run")]
+    flags = [arg for arg in args if arg.startswith("-") and arg not in ("-r", "--run", "-m", "--multirun")]
     if not flags:
         try:
-            preflight([arg for arg in args if not arg.startswith("-")])
+            overrides = [arg for arg in args if not arg.startswith("-")]
+            check_sweep(overrides) if multirun else preflight(overrides)
         except (*USER_ERRORS, DeviceError) as error:
             _fail(str(error))
     sys.argv[1:] = args

@@ -109,7 +109,7 @@ FAST = [
     (["+algo.gama=0.9"], "Unknown config key 'algo.gama'"),
     (["total_steps=abc"], "total_steps=abc: total_steps takes an integer"),
     (["algo.gamma=abc"], "algo.gamma takes a number"),
-    (["logger.console=maybe"], "logger.console=maybe: Value 'maybe' is not a valid bool"),
+    (["logger.console=maybe"], "logger.console=maybe: logger.console takes true or false"),
     (["algo.actor_hidden_dims=abc"], "algo.actor_hidden_dims=abc: "),
     (["algo.actor_hidden_dims=[1,2"], "malformed override 'algo.actor_hidden_dims=[1,2'"),
     (["justaword"], "malformed override 'justaword'"),
@@ -127,6 +127,8 @@ FAST = [
     (["out_dir=blocker/file"], "cannot create"),
     (["hydra.run.dir=blocker/file/run"], "hydra.run.dir: cannot create"),
     (["resume=nowhere"], "resume=nowhere: no such run folder or checkpoint file"),
+    (["-m", "total_steps=5,abc"], "total_steps=abc: total_steps takes an integer"),  # every value of a sweep
+    (["-m", "seed=1,2", "algo.gamma=0.9,2"], "gamma must be in [0, 1], got 2.0"),
 ]
 
 
@@ -183,7 +185,7 @@ BAD_FILES = {
     "garbage": (lambda p: p.write_bytes(os.urandom(4096)), "not a fast-td3 checkpoint (not a PyTorch file)"),
     "zero_filled": (lambda p: p.write_bytes(bytes(4096)), "damaged (zero-filled"),
     "other_torch_file": (lambda p: torch.save({"weights": torch.zeros(3)}, p),
-                         "not a fast-td3 checkpoint (a PyTorch file without format"),
+                         "not a fast-td3 checkpoint (a PyTorch file without global_step, agent"),
     "newer_format": (lambda p: torch.save({**ckpt.load(p), "format": ckpt.FORMAT + 1}, p),
                      "written by a newer fast-td3"),
 }

@@ -113,7 +113,7 @@ def test_a_truncated_checkpoint_is_named_with_the_reason(tmp_path, cut):
     keep = int(len(data) * cut) if isinstance(cut, float) else cut % len(data) if cut < 0 else cut
     path.write_bytes(data[:keep])
     with pytest.raises(ckpt.CheckpointError, match="empty file" if keep == 0 else "truncated|not a PyTorch file"):
-        ckpt.read(path)
+        ckpt.load(path)
 
 
 def test_resume_passes_unreadable_checkpoints_and_sets_them_aside(tmp_path):
@@ -145,7 +145,7 @@ def test_checkpoints_of_another_run_or_a_newer_format_are_refused(tmp_path):
     ckpt.check_matches(walker, {"env": {"suite": "gymnasium", "task": "Walker2d-v5"}, "seed": 1}, path)
     torch.save({**walker, "format": ckpt.FORMAT + 1}, path)
     with pytest.raises(ckpt.CheckpointError, match="newer fast-td3"):
-        ckpt.read(path)
+        ckpt.load(path)
     torch.save({"weights": torch.zeros(2)}, path)
-    with pytest.raises(ckpt.CheckpointError, match="not a fast-td3 checkpoint .*without format"):
-        ckpt.read(path)
+    with pytest.raises(ckpt.CheckpointError, match="not a fast-td3 checkpoint .*without global_step, agent, env, config"):
+        ckpt.load(path)

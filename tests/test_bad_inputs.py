@@ -315,3 +315,12 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
         assert (folder / ".hydra" / "overrides.yaml").is_file() and ckpt.CheckpointManager(folder).latest()
     if folders[0].name.split("_")[:2] == folders[1].name.split("_")[:2]:  # the same second, as intended
         assert folders[1].name == folders[0].name + "-2"
+
+
+def test_run_folder_names_are_claimed_atomically(tmp_path):
+    from fast_td3.train import claim_run_dir
+
+    stamp = "2026-12-01_12-00-00"
+    claimed = [claim_run_dir(tmp_path, stamp, 3) for _ in range(3)]
+    assert [p.name for p in claimed] == [f"{stamp}_3", f"{stamp}_3-2", f"{stamp}_3-3"]
+    assert all(p.is_dir() and not any(p.iterdir()) for p in claimed)

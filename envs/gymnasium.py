@@ -179,4 +179,25 @@ def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options
 
         raise EnvOptionError(f"{task} has no named reward terms; gymnasium tasks take reward weights as "
                              "env.options.env_kwargs (e.g. env.options.env_kwargs.ctrl_cost_weight=0.2)")
+    if options.get("env_kwargs"):
+        check_env_kwargs(task, options["env_kwargs"], options.get("package"), options.get("env_factory"), seed)
     return GymnasiumVecEnv(task, num_envs, seed=seed, device=device, **options)
+
+
+def check_env_kwargs(task: str, env_kwargs: dict[str, Any], package: str | None = None,
+                     env_factory: Callable[..., gym.Env] | None = None, seed: int = 0) -> None:
+    """EnvOptionError naming the options when the task cannot be made or reset with these
+    `gym.make` keywords (e.g. reset_noise_scale=nan): said here, once, not from a worker mid-run."""
+    from envs.registry import EnvOptionError
+
+    named = ", ".join(f"env.options.env_kwargs.{key}={value!r}" for key, value in env_kwargs.items())
+    try:
+        env = (env_factory or make_registered)(package, task, **env_kwargs)
+    except Exception as error:  # noqa: BLE001 -- whatever the env's constructor says about its keywords
+        raise EnvOptionError(f"{task} cannot be made with {named}: {type(error).__name__}: {error}") from None
+    try:
+        env.reset(seed=seed)
+    except Exception as error:  # noqa: BLE001
+        raise EnvOptionError(f"{task} fails at reset with {named}: {type(error).__name__}: {error}") from None
+    finally:
+        env.close()

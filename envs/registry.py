@@ -11,9 +11,10 @@ import difflib
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envs.protocol import VecEnv
+if TYPE_CHECKING:  # the registry itself imports no torch: the CLIs check names before heavy imports
+    from envs.protocol import VecEnv
 
 
 @dataclass(frozen=True)

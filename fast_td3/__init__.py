@@ -1,21 +1,27 @@
-"""fast-td3: the FastTD3 learner, independent of any simulator."""
+"""fast-td3: the FastTD3 learner, independent of any simulator.
 
-from fast_td3.agent import FastTD3
-from fast_td3.config import AlgoConfig
-from fast_td3.exploration import PerEnvGaussianNoise
-from fast_td3.networks import Actor, DistributionalCritic, project_distribution
-from fast_td3.normalization import EmpiricalNormalization, RewardNormalization
-from fast_td3.replay import ReplayBuffer
+The public classes load on first use, so `import fast_td3.config` (the command-line
+checks) does not import torch.
+"""
+
+from importlib import import_module
 
 __version__ = "0.1.0"
-__all__ = [
-    "FastTD3",
-    "AlgoConfig",
-    "PerEnvGaussianNoise",
-    "Actor",
-    "DistributionalCritic",
-    "project_distribution",
-    "EmpiricalNormalization",
-    "RewardNormalization",
-    "ReplayBuffer",
-]
+_EXPORTS = {
+    "FastTD3": "fast_td3.agent",
+    "AlgoConfig": "fast_td3.config",
+    "PerEnvGaussianNoise": "fast_td3.exploration",
+    "Actor": "fast_td3.networks",
+    "DistributionalCritic": "fast_td3.networks",
+    "project_distribution": "fast_td3.networks",
+    "EmpiricalNormalization": "fast_td3.normalization",
+    "RewardNormalization": "fast_td3.normalization",
+    "ReplayBuffer": "fast_td3.replay",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'fast_td3' has no attribute {name!r}")

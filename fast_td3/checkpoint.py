@@ -5,23 +5,49 @@ fsynced, then renamed over it: a crash at any moment leaves either the previous
 file or the new one, never a torn one. Device work is synchronised before saving so
 no tensor is copied to the host while a kernel still writes it. Files are loaded with
 `weights_only=True` (plain tensors, numbers, strings, lists and dicts only).
+
+Files that cannot be used (truncated by a full disk or a cut copy, not a checkpoint at
+all, from a newer format) raise `CheckpointError`, one line naming the file and why; a
+failed write raises `CheckpointWriteError` naming the OS error (e.g. ENOSPC) and the last
+good checkpoint, which stays. torch is imported on first use: the command-line checks
+use this module's path helpers before any heavy import.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+UNREADABLE_DIR = "unreadable"
+FORMAT = 1
+"""The checkpoint layout this version writes; files of a higher format are refused."""
+REQUIRED_KEYS = ("global_step", "agent", "env", "config")  # "format" too, except in early checkpoints
+FIXED_KEYS = ("env.suite", "env.task", "seed")
+"""Config keys a checkpoint must share with the run that loads it (a resume cannot change them)."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and why."""
+
+
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (disk full, I/O error); the last good one is kept."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def synchronize_devices() -> None:
+    import torch
+
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
@@ -44,7 +70,16 @@ def atomic_write_bytes(path: Path, writer) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            writer(f)
+            checked = _RecordingFile(f)
+            try:
+                writer(checked)
+            except Exception as error:
+                # torch's zip writer turns a failed write into "unexpected pos ..."; the OS error is the news
+                if checked.os_error is not None and checked.os_error is not error:
+                    raise checked.os_error from None
+                if "unexpected pos" in str(error):  # a short write torch noticed only afterwards
+                    raise _short_write_error(path.parent, error) from None
+                raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,13 +89,116 @@ def atomic_write_bytes(path: Path, writer) -> None:
     _fsync_dir(path.parent)
 
 
+def _short_write_error(folder: Path, error: Exception) -> OSError:
+    """The OS error a write cut short most likely met: ENOSPC when the disk is (nearly) full."""
+    try:
+        stats = os.statvfs(folder)
+        free = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 2**20:
+        return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free; torch said: {error})")
+    return OSError(errno.EIO, f"the write was cut short (torch said: {error})")
+
+
+class _RecordingFile:
+    """A binary file whose first OSError on write is kept (writers may hide it behind their own)."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self.os_error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as error:
+            self.os_error = self.os_error or error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as error:
+            self.os_error = self.os_error or error
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+
 def save_atomic(state: dict[str, Any], path: Path) -> None:
+    import torch
+
     synchronize_devices()
     atomic_write_bytes(path, lambda f: torch.save(state, f))
 
 
-def load(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
-    return torch.load(path, map_location=map_location, weights_only=True)
+def load(path: str | Path, map_location: Any = "cpu", mmap: bool = False) -> dict[str, Any]:
+    """A checkpoint's contents; CheckpointError (naming the file and why) when it cannot be used.
+    `mmap=True` maps tensor data instead of reading it: a quick check of a whole file (a
+    truncated one has lost the zip directory at its end)."""
+    import torch
+
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read it ({error.strerror or error})") from None
+    if not head:
+        raise CheckpointError(f"{path}: empty file (a write cut short or a disk that filled up)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap and head == _ZIP_MAGIC)
+    except pickle.UnpicklingError as error:
+        if head == _ZIP_MAGIC and "Unsupported global" in str(error):
+            raise CheckpointError(f"{path}: not a fast-td3 checkpoint (it holds Python objects, "
+                                  "not only tensors and plain data)") from None
+        raise CheckpointError(f"{path}: {_unreadable_reason(head)}") from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise CheckpointError(f"{path}: {_unreadable_reason(head)}") from None
+    check_contents(state, path)
+    return state
+
+
+def _unreadable_reason(head: bytes) -> str:
+    if head == _ZIP_MAGIC:
+        return "truncated or damaged (a write cut short, a disk that filled up, an incomplete copy)"
+    if not head.strip(b"\0"):
+        return "damaged (zero-filled: a write lost in a crash)"
+    return "not a fast-td3 checkpoint (not a PyTorch file)"
+
+
+def check_contents(state: Any, path: Path) -> None:
+    """CheckpointError unless `state` looks like a checkpoint this version can read."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file holding a {type(state).__name__})")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a fast-td3 checkpoint (a PyTorch file without {', '.join(missing)})")
+    version = state.get("format", FORMAT)
+    if not isinstance(version, int) or version > FORMAT:
+        raise CheckpointError(f"{path}: written by a newer fast-td3 (checkpoint format {version}; this "
+                              f"version reads format {FORMAT} and older): upgrade fast-td3 to load it")
+
+
+def check_matches(state: dict[str, Any], config: dict[str, Any], path: Path) -> None:
+    """CheckpointError when the checkpoint's task, suite or seed differs from the run's."""
+    def get(tree: Any, dotted: str) -> Any:
+        for part in dotted.split("."):
+            tree = tree.get(part) if hasattr(tree, "get") else None
+        return tree
+
+    saved = state.get("config") or {}
+    differ = [f"{key} {get(saved, key)!r} (this run: {get(config, key)!r})"
+              for key in FIXED_KEYS if get(saved, key) != get(config, key)]
+    if differ:
+        raise CheckpointError(f"{path} belongs to another run: its {', '.join(differ)}; refusing to load it")
+
+
+def describe_os_error(error: OSError) -> str:
+    """'No space left on device (ENOSPC)'."""
+    code = errno.errorcode.get(error.errno or 0)
+    return f"{error.strerror or error}" + (f" ({code})" if code else "")
 
 
 def step_of(path: Path) -> int:
@@ -81,8 +219,14 @@ class CheckpointManager:
         path = self.dir / f"step_{step:09d}.pt"
         for stale in self.dir.glob(".step_*.pt.tmp*"):  # left by a process killed mid-write
             stale.unlink(missing_ok=True)
-        save_atomic(state, path)
-        atomic_write_bytes(self.dir / LATEST, lambda f: f.write(path.name.encode()))
+        try:
+            save_atomic(state, path)
+            atomic_write_bytes(self.dir / LATEST, lambda f: f.write(path.name.encode()))
+        except OSError as error:
+            last = self.latest()
+            kept = f"the last good checkpoint, {last}, is kept" if last else "no earlier checkpoint exists"
+            raise CheckpointWriteError(error.errno, f"could not write checkpoint {path}: "
+                                       f"{describe_os_error(error)}; {kept}") from error
         for old in self.all()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
@@ -98,6 +242,22 @@ class CheckpointManager:
         moved = []
         for path in later:
             moved.append(path.rename(target / path.name))
+        return moved
+
+    def set_aside_unreadable(self, paths: list[Path]) -> list[Path]:
+        """Move unreadable checkpoints into `checkpoints/unreadable/` (kept for inspection, never
+        deleted) so that neither `latest` nor pruning sees them again."""
+        target = self.dir / UNREADABLE_DIR
+        moved = []
+        for path in paths:
+            target.mkdir(exist_ok=True)
+            destination = target / path.name
+            while destination.exists():
+                destination = destination.with_name(destination.name + ".1")
+            moved.append(Path(path).rename(destination))
+        remaining = self.all()
+        if moved and remaining:
+            atomic_write_bytes(self.dir / LATEST, lambda f: f.write(remaining[-1].name.encode()))
         return moved
 
     def all(self) -> list[Path]:
@@ -116,6 +276,31 @@ class CheckpointManager:
         return files[-1] if files else None
 
 
+def pick_for_resume(path: str | Path) -> tuple[Path, dict[str, Any], list[tuple[Path, str]]]:
+    """(the checkpoint to resume from, its contents mapped from disk, the unreadable newer ones
+    with the reason for each). A checkpoint file is taken as named; in a run folder the newest
+    checkpoint that reads is taken. CheckpointError when none reads; FileNotFoundError when
+    there is none at all."""
+    named = Path(path).expanduser()
+    path = find_checkpoint(named)
+    if named.is_file() and named.name != LATEST:
+        return path, load(path, mmap=True), []
+    unreadable: list[tuple[Path, str]] = []
+    for candidate in reversed(CheckpointManager(path.parent.parent).all()):
+        try:
+            return candidate, load(candidate, mmap=True), unreadable
+        except CheckpointError as error:
+            unreadable.append((candidate, str(error).removeprefix(f"{candidate}: ")))
+    reasons = "; ".join(f"{p.name}: {why}" for p, why in unreadable)
+    raise CheckpointError(f"no checkpoint in {path.parent} can be read ({reasons})")
+
+
+def has_checkpoints(run_dir: str | Path) -> bool:
+    """Whether the run folder holds any checkpoint (a run that can be resumed or was started)."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    return folder.is_dir() and any(folder.iterdir())
+
+
 def find_checkpoint(path: str | Path) -> Path:
     """A checkpoint file from a file path or a run folder (its latest checkpoint)."""
     path = Path(path).expanduser()
@@ -126,7 +311,9 @@ def find_checkpoint(path: str | Path) -> Path:
     if path.is_dir():
         latest = CheckpointManager(path).latest()
         if latest is None:
-            raise FileNotFoundError(f"no checkpoint in {path / CHECKPOINT_DIR}")
+            raise FileNotFoundError(f"no checkpoint in {path / CHECKPOINT_DIR}: nothing to resume or load "
+                                    "(a run stopped before its first checkpoint; remove the folder or train into "
+                                    f"it again with hydra.run.dir={path})")
         return latest
     raise FileNotFoundError(f"{path} is neither a checkpoint file nor a run folder")
 

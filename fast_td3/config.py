@@ -240,7 +240,7 @@ class TrainConfig:
     save_interval: int = 5_000
     """Global steps between checkpoints (0: only at the end)."""
     keep_checkpoints: int = 3
-    """Checkpoints kept in <run folder>/checkpoints (older ones are deleted)."""
+    """Checkpoints kept in <run folder>/checkpoints (>= 1; 2 or more let a resume pass an unreadable newest one)."""
     save_buffer: bool = False
     """Include the replay buffer in checkpoints (large; a resumed run otherwise refills it)."""
     seed: int = 1
@@ -264,6 +264,8 @@ class TrainConfig:
         for name in ("eval_interval", "save_interval"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.keep_checkpoints < 1:
+            problems.append(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.eval_episodes < 1:
             problems.append(f"eval_episodes must be >= 1, got {self.eval_episodes}")
         if self.logger.log_interval < 1:

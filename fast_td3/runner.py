@@ -43,7 +43,7 @@ from fast_td3.exploration import PerEnvGaussianNoise
 from fast_td3.logging import MetricsLogger
 from fast_td3.replay import ReplayBuffer
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = ckpt.FORMAT
 
 
 class NonFiniteObservationError(RuntimeError):
@@ -513,6 +513,7 @@ class Runner:
         """Continue from a checkpoint: step counter, schedules, normalisers, noise, RNG streams."""
         path = ckpt.find_checkpoint(path)
         state = ckpt.load(path)
+        ckpt.check_matches(state, config_dict(self.cfg), path)  # e.g. another task's checkpoint of equal shapes
         shape = self._env_shape()
         if state["env"] != shape:
             raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are {shape}")

@@ -6,57 +6,87 @@
     fast-td3-train --cfg job                           # print the composed config
 
 This module is the composition root: the only place that knows the config, the env
-registry and the runner together.
+registry and the runner together. Before Hydra makes a run folder, `preflight` composes
+and validates the config, checks the device and the checkpoint a resume continues from,
+and claims a uniquely named folder; a mistake in a key, value or path is reported in one
+line before torch, JAX or a suite is imported (README "Exit codes and errors").
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+# Nothing imported here pulls in torch, JAX or a suite: every check of the command line and
+# the config runs (and fails, in about a second) before those heavy imports.
 from envs.registry import (
     SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, load_adapter, make_env,
     require_suite,
 )
-from fast_td3 import distributed
-from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
+from fast_td3.checkpoint import (
+    CheckpointError, CheckpointManager, CheckpointWriteError, atomic_write_bytes, check_matches, has_checkpoints,
+    pick_for_resume, run_dir_of,
+)
 from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
-from fast_td3.device import resolve_device
-from fast_td3.evaluation import eval_seed
-from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, Runner, TrainingStopped
+from fast_td3.device import DeviceError
 from fast_td3.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESOLVED_CONFIG = "config.yaml"
 OVERRIDES_FILE = "overrides.yaml"
+GROUPS = ("suite", "preset", "algo", "logger", "reward")
+# Exit codes (README "Exit codes"); 1 is left to Python for our own bugs (with a traceback).
+EXIT_USER_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR = 2, 3, 4
 # Errors a user can act on from their message alone: printed without a traceback.
 USER_ERRORS = (
-    ConfigError, MissingSuiteError, UnknownTaskError, NonFiniteObservationError,
-    CheckpointMismatchError, FileNotFoundError, EnvOptionError,
+    ConfigError, MissingSuiteError, UnknownTaskError, CheckpointError, FileNotFoundError, EnvOptionError,
 )
 
 
+@dataclass
+class Launch:
+    """What the checks before Hydra decided for this command; `main` and the resolvers read it."""
+
+    run_dir: Path | None = None
+    """The new run folder claimed for this run (a unique name, made before Hydra runs)."""
+    created: Path | None = None
+    """The topmost folder this command creates: the folders it made are removed again when the
+    run fails on a user error before its first checkpoint."""
+    resume_from: Path | None = None
+    """The checkpoint a resume continues from (the newest one that reads)."""
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)
+    """Newer checkpoints of the resumed run that cannot be read, each with the reason."""
+
+
+LAUNCH = Launch()
+
+
+def _no_resume(resume) -> bool:
+    return resume in (None, "", "null", "None")
+
+
 def _run_dir(resume, default: str) -> str:
-    """Hydra's run folder: the resumed run's own folder, else a new one."""
-    if resume in (None, "", "null", "None"):
-        return default
-    return str(run_dir_of(str(resume)))
+    """Hydra's run folder: the resumed run's own folder, else the one claimed for this run."""
+    if not _no_resume(resume):
+        return str(run_dir_of(str(resume)))
+    return str(LAUNCH.run_dir) if LAUNCH.run_dir is not None else default
 
 
-def _hydra_subdir(resume, timestamp: str) -> str:
-    """Where Hydra records this invocation's config and overrides inside the run folder;
-    a resumed run keeps the original record and adds one per resume."""
-    if resume in (None, "", "null", "None"):
-        return ".hydra"
-    return f".hydra/resumed_{timestamp}"
+def _hydra_subdir(resume, timestamp: str) -> str | None:
+    """Where Hydra records this invocation's config and overrides inside the run folder. A
+    resume records its own (`.hydra/resumed_<time>/`) only once its checkpoint has loaded,
+    so a resume that fails leaves the run folder as it was."""
+    return ".hydra" if _no_resume(resume) else None
 
 
 register_configs()
@@ -65,16 +95,20 @@ for _name, _resolver in (("run_dir", _run_dir), ("hydra_subdir", _hydra_subdir))
         OmegaConf.register_new_resolver(_name, _resolver)
 
 
-def _resumed_config(cfg: DictConfig) -> DictConfig:
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _resumed_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The resumed run's saved config with this command's plain `key=value` overrides on top."""
     run_dir = run_dir_of(cfg.resume)
     saved_path = run_dir / RESOLVED_CONFIG
     if not saved_path.is_file():
         raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
     saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
-    overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-    fixed = ("task", "suite", "preset", "algo", "logger", "reward", "seed")
-    refused = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in fixed]
+    overrides = [o for o in overrides if _override_key(o) != "resume" and not _override_key(o).startswith("hydra")]
+    fixed = ("task", *GROUPS, "seed")
+    refused = [o for o in overrides if _override_key(o) in fixed]
     if refused:
         raise ConfigError(
             f"cannot change the task, config groups or seed of a resumed run ({', '.join(refused)}); "
@@ -91,8 +125,8 @@ def record_config(cfg: DictConfig, run_dir: Path) -> None:
     atomic_write_bytes(run_dir / RESOLVED_CONFIG, lambda f: f.write(OmegaConf.to_yaml(cfg, resolve=True).encode()))
 
 
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
+def _write_yaml(path: Path, node) -> None:
+    atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(node).encode()))
 
 
 def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None:
@@ -106,12 +140,33 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
         previous = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path), resolve=False)] if path.is_file() else []
         changed = {_override_key(o) for o in new}
         current = [o for o in previous if _override_key(o) not in changed] + new
-    atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(current)).encode()))
+    _write_yaml(path, OmegaConf.create(current))
 
 
-def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context = distributed.SINGLE) -> dict[str, float]:
-    """Make train and eval envs, restore a checkpoint when resuming, train (this rank's
-    share of a torchrun job: its own envs and seeds)."""
+def record_run(cfg: DictConfig, run_dir: Path, overrides: list[str], resumed: bool) -> None:
+    """config.yaml and overrides.yaml of a run that is about to train; a resume also keeps its own
+    record in `.hydra/resumed_<time>/` (what Hydra writes into `.hydra/` for a new run)."""
+    record_config(cfg, run_dir)
+    record_overrides(run_dir, overrides, resumed)
+    if resumed:
+        record = run_dir / ".hydra" / f"resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        _write_yaml(record / "config.yaml", cfg)
+        _write_yaml(record / OVERRIDES_FILE, OmegaConf.create([str(o) for o in overrides]))
+
+
+def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
+                    resume_from: Path | None = None) -> dict[str, float]:
+    """Make train and eval envs, restore a checkpoint when resuming, call `on_ready()` (the
+    config now holds what the adapter and the learner settled: backend, precision, threads),
+    train (this rank's share of a torchrun job: its own envs and seeds)."""
+    import torch
+
+    from fast_td3 import distributed
+    from fast_td3.device import resolve_device
+    from fast_td3.evaluation import eval_seed
+    from fast_td3.runner import Runner
+
+    ranks = ranks or distributed.SINGLE
     env_cfg = cfg.env
     device = distributed.rank_device(resolve_device(cfg.device), ranks)
     if ranks.enabled:
@@ -136,15 +191,15 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks: distributed.Context 
         runner = Runner(cfg, env, eval_env, run_dir, ranks=ranks)
         precision = runner.agent.precision
         say(f"Precision: {precision}", flush=True)
-        # what `auto` meant on this machine; a resume re-resolves on its own machine
+        # what `auto` meant on this machine (recorded by on_ready); a resume re-resolves on its own
         cfg.resolved.update(precision=precision.name, precision_reason=precision.reason,
                             torch_threads=torch.get_num_threads())
-        if ranks.is_main:
-            record_config(OmegaConf.structured(cfg), run_dir)
         if cfg.resume:
-            checkpoint = find_checkpoint(cfg.resume)
+            checkpoint = resume_from or pick_for_resume(cfg.resume)[0]
             runner.load(checkpoint)
             say(f"Resuming {run_dir} from {checkpoint.name} (global step {runner.global_step})", flush=True)
+        if on_ready is not None:
+            on_ready()
         return runner.train()
     finally:
         env.close()
@@ -160,21 +215,46 @@ def _sweep_jobs_in_parallel(hydra_cfg) -> int:
     return joblib_parallel_jobs(n_jobs, cores_available())
 
 
+def _video_problem(cfg) -> str | None:
+    if cfg.eval_video and importlib.util.find_spec("imageio_ffmpeg") is None:
+        return 'eval_video=true writes .mp4 videos with imageio-ffmpeg: pip install -e ".[video]"'
+    return None
+
+
+def _discard_new_run(run_dir: Path) -> None:
+    """Remove the folders this command made for a run that failed before its first checkpoint."""
+    if LAUNCH.created is None or has_checkpoints(run_dir) or not run_dir.is_dir():
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:  # the empty parents it made (another run's folder stops this)
+        if not parent.is_relative_to(LAUNCH.created):
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from fast_td3 import distributed
+    from fast_td3.device import resolve_device
+    from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, TrainingStopped
+
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = list(hydra_cfg.overrides.task)
     ranks = distributed.SINGLE
+    resumed = bool(cfg.resume)
     try:
-        if cfg.resume:
-            find_checkpoint(cfg.resume)  # fail before touching the run folder
-            cfg = _resumed_config(cfg)
+        if resumed:
+            cfg = _resumed_config(cfg, overrides)
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
         threads = thread_share(cores_available(), sweep_jobs=_sweep_jobs_in_parallel(hydra_cfg))
         apply_thread_share(threads)
         # after the resumed config: its device picks NCCL or gloo (SINGLE unless launched by torchrun)
         ranks = distributed.init(resolve_device(train_cfg.device))
-        if not cfg.resume and (run_dir / RESOLVED_CONFIG).exists():
+        if not resumed and has_checkpoints(run_dir):
             raise ConfigError(
                 f"{run_dir} already holds a run; continue it with resume={run_dir} or choose another folder"
             )
@@ -183,25 +263,41 @@ def main(cfg: DictConfig) -> float | None:
             print(f"Torch threads: {threads}", flush=True)
         if train_cfg.eval_video:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
-            if importlib.util.find_spec("imageio_ffmpeg") is None:
-                raise ConfigError('eval_video=true writes .mp4 videos with imageio-ffmpeg: pip install -e ".[video]"')
-        if ranks.is_main:
-            # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
-            record_config(cfg, run_dir)
-            record_overrides(run_dir, list(hydra_cfg.overrides.task), resumed=bool(cfg.resume))
-        full_size = hydra_cfg.runtime.choices.get("preset") is None and not cfg.resume
+            if _video_problem(train_cfg):
+                raise ConfigError(_video_problem(train_cfg))
+        if resumed and ranks.is_main and LAUNCH.unreadable:
+            moved = CheckpointManager(run_dir).set_aside_unreadable([path for path, _ in LAUNCH.unreadable])
+            for (path, why), where in zip(LAUNCH.unreadable, moved):
+                print(f"fast-td3-train: {path.name} cannot be read ({why}); moved to {where} and "
+                      f"resuming from {LAUNCH.resume_from.name}", file=sys.stderr, flush=True)
+        full_size = hydra_cfg.runtime.choices.get("preset") is None and not resumed
         if full_size and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
             print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
-        final = build_and_train(train_cfg, run_dir, ranks)
-    except USER_ERRORS as error:
+
+        def ready() -> None:
+            # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.
+            if ranks.is_main:
+                record_run(OmegaConf.structured(train_cfg), run_dir, overrides, resumed)
+
+        final = build_and_train(train_cfg, run_dir, ranks, ready, LAUNCH.resume_from)
+    except (*USER_ERRORS, DeviceError, NonFiniteObservationError, CheckpointMismatchError) as error:
         print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(3 if isinstance(error, NonFiniteObservationError) else 2)
+        if not resumed and ranks.is_main:
+            _discard_new_run(run_dir)
+        sys.exit(EXIT_NON_FINITE if isinstance(error, NonFiniteObservationError) else EXIT_USER_ERROR)
+    except CheckpointWriteError as error:
+        print(f"fast-td3-train: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_WRITE_ERROR)
     except TrainingStopped as stopped:
         print(f"{stopped}. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
         sys.exit(128 + stopped.signum)
-    except KeyboardInterrupt:  # a second Ctrl-C: aborted mid-step, no new checkpoint
-        print(f"Aborted. Continue from the last checkpoint with: fast-td3-train resume={run_dir}",
-              file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # a second Ctrl-C (aborted mid-step, no new checkpoint), or one before training
+        if has_checkpoints(run_dir):
+            print(f"Aborted. Continue from the last checkpoint with: fast-td3-train resume={run_dir}",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"Aborted before the first checkpoint: nothing to resume. {run_dir} can be removed, or "
+                  f"trained into again with hydra.run.dir={run_dir}", file=sys.stderr, flush=True)
         sys.exit(130)
     finally:
         distributed.shutdown(ranks)
@@ -266,9 +362,16 @@ def check_command_line(args: list[str], suites: dict[str, str] | None = None) ->
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
+        if key.startswith("+") and not key.lstrip("+").startswith("hydra"):
+            key = key.lstrip("+")  # `+key=v` adds a key; the schema has every key there is
         if key == "resume" and value not in ("", "null") and not Path(value).expanduser().exists():
             return f"resume={value}: no such run folder or checkpoint file"
-        if key.startswith(("+", "~", "hydra")) or "/" in key or key in ("suite", "preset", "algo", "logger", "reward"):
+        if key in GROUPS:
+            problem = _unknown_group_option(key, value)
+            if problem:
+                return problem
+            continue
+        if key.startswith(("+", "~", "hydra")) or "/" in key:
             continue
         if key == "task":
             if any(c in value for c in "()[]{}*?$"):  # sweep functions, globs, interpolations
@@ -324,26 +427,221 @@ def help_text() -> str:
     return HELP.format(groups=groups, keys=keys)
 
 
+def _unknown_group_option(group: str, value: str) -> str | None:
+    """`logger=nope`: the nearest option of the group and all of them (from conf/<group>/)."""
+    if any(c in value for c in "()[]{}*?$"):  # sweep functions, globs, interpolations
+        return None
+    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    for choice in value.split(","):
+        if choice not in options and choice != "null":
+            return (f"{did_you_mean(f'{group} option', choice, options, 'fast-td3-train')} "
+                    f"Options of {group} (conf/{group}/): {', '.join(options)}, null")
+    return None
+
+
+# OmegaConf's "could not be converted to X" / "is not a valid y" -> what the key takes
+_CONVERSIONS = {("Integer", "int"): "an integer", ("Float", "float"): "a number", ("Boolean", "bool"): "true or false"}
+
+
+def _hydra_problem(error: Exception, overrides: list[str]) -> str:
+    """One line for an error Hydra or OmegaConf raised while composing `overrides`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    if isinstance(error, OverrideParseException):
+        parser = OverridesParser.create()
+        for override in overrides:
+            try:
+                parser.parse_overrides([override])
+            except OverrideParseException as bad:
+                why = str(bad).splitlines()[0]
+                return (f"malformed override {override!r} ({why}); write key=value, e.g. algo.gamma=0.99 "
+                        "or algo.actor_hidden_dims=[256,128]")
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    cause = error.__cause__
+    if message.startswith("Error merging override ") and cause is not None:
+        override = message.removeprefix("Error merging override ")
+        detail = str(cause).splitlines()[0]
+        for (kind, short), wanted in _CONVERSIONS.items():
+            if detail.endswith(f"could not be converted to {kind}") or f"is not a valid {short} " in detail:
+                return f"{override}: {_override_key(override)} takes {wanted}"
+        return f"{override}: {detail}"
+    return message
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The config Hydra will compose for these overrides (its own `hydra.*` ones left out);
+    ConfigError with one line when Hydra refuses them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
+            return compose("train", overrides=plain)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(_hydra_problem(error, plain)) from None
+
+
+def _topmost_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (None when `path` exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
+def _make_folder(path: Path, what: str) -> None:
+    """Create `path` (and its parents); ConfigError naming `what` when the OS refuses."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{what}: cannot create {path}: {error.strerror or error}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: {path} is not writable")
+
+
+def claim_run_dir(root: Path, stamp: str, seed: int) -> Path:
+    """A new folder `root/<stamp>_<seed>` (`-2`, `-3`, ... on a clash), made here: two runs
+    launched in the same second never share a folder."""
+    for attempt in range(1, 10_000):
+        path = root / (f"{stamp}_{seed}" if attempt == 1 else f"{stamp}_{seed}-{attempt}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise ConfigError(f"out_dir: cannot create the run folder {path}: {error.strerror or error}") from None
+    raise ConfigError(f"out_dir: no free run folder name under {root}")
+
+
+def validated(cfg: DictConfig) -> TrainConfig:
+    """The typed config; ConfigError (one line naming the field) when a value cannot work."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as error:  # OmegaConf's own validation, e.g. a missing value
+        raise ConfigError(str(error).splitlines()[0]) from None
+
+
+MAX_SWEEP_CHECKS = 64
+
+
+def check_sweep(overrides: list[str]) -> None:
+    """Every value of a sweep (`-m`) composes and validates, each with the other keys at their
+    first value, before Hydra makes the sweep's folder. Intervals and globs are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as error:
+        raise ConfigError(_hydra_problem(error, overrides)) from None
+    choices = []
+    for override in parsed:
+        if override.is_hydra_override():
+            continue
+        if not override.is_sweep_override():
+            values = [override.get_value_element_as_str()]
+        elif override.is_discrete_sweep() and override.value_type != ValueType.GLOB_CHOICE_SWEEP:
+            values = list(override.sweep_string_iterator())
+        else:
+            return
+        choices.append((override.get_key_element(), values))
+    first = [f"{key}={values[0]}" for key, values in choices]
+    variants = [first] + [first[:i] + [f"{key}={value}"] + first[i + 1:]
+                          for i, (key, values) in enumerate(choices) for value in values[1:]]
+    for variant in variants[:MAX_SWEEP_CHECKS]:
+        validated(compose_config(variant))
+
+
+def preflight(overrides: list[str]) -> None:
+    """Every check a run can make before Hydra makes its folder: compose and validate the config
+    (a resume: its saved config and a checkpoint that reads and belongs to it), the device, the
+    folder; then claim a new run folder. Raises a user error; records its decisions in LAUNCH."""
+    cfg = compose_config(overrides)
+    explicit = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
+    if cfg.resume:
+        LAUNCH.resume_from, state, LAUNCH.unreadable = pick_for_resume(cfg.resume)
+        cfg = _resumed_config(cfg, overrides)
+        check_matches(state, OmegaConf.to_container(cfg, resolve=True), LAUNCH.resume_from)
+    train_cfg = validated(cfg)
+    if train_cfg.device not in ("auto", "cpu"):
+        from fast_td3.device import resolve_device
+
+        resolve_device(train_cfg.device)  # DeviceError: the devices this machine has
+    if _video_problem(train_cfg):
+        raise ConfigError(_video_problem(train_cfg))
+    if cfg.resume:
+        return
+    if explicit is not None:
+        if "$" in explicit:  # e.g. torchrun's folder from interpolations: checked when Hydra resolves it
+            return
+        folder = Path(explicit).expanduser()
+        if has_checkpoints(folder):
+            raise ConfigError(f"{folder} already holds a run; continue it with resume={folder} "
+                              "or choose another folder")
+        LAUNCH.created = _topmost_missing(folder.absolute())
+        _make_folder(folder, "hydra.run.dir")
+        return
+    root = Path(train_cfg.out_dir).expanduser().absolute() / train_cfg.env.task
+    created = _topmost_missing(root)
+    _make_folder(root, f"out_dir={train_cfg.out_dir}")
+    LAUNCH.run_dir = claim_run_dir(root, time.strftime("%Y-%m-%d_%H-%M-%S"), train_cfg.seed)
+    LAUNCH.created = created or LAUNCH.run_dir
+
+
+def _fail(message: str) -> None:
+    print(f"fast-td3-train: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_USER_ERROR)
+
+
 def cli() -> None:
     """Console-script entry point: our help and friendly checks first, then Hydra."""
-    args = sys.argv[1:]
+    try:
+        _cli(sys.argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C while starting up (main handles its own)
+        if LAUNCH.run_dir is not None:
+            _discard_new_run(LAUNCH.run_dir)
+        print("Aborted before training started: nothing to resume.", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def _cli(args: list[str]) -> None:
     if "--help" in args or "-h" in args:
         print(help_text())
         return
     suites = task_suites()
     problem = check_command_line(args, suites)
-    if problem is None and not {"--cfg", "-c", "--info", "--hydra-help"} & set(args):
+    info_only = bool({"--cfg", "-c", "--info", "--hydra-help", "--shell-completion", "-sc"} & set(args))
+    if problem is None and not info_only:
         problem = missing_suite(args, suites)
     if problem:
-        print(f"fast-td3-train: error: {problem}", file=sys.stderr)
-        sys.exit(2)
-    sys.argv[1:] = [add_to_free_form_dicts(arg) for arg in args]
-    if distributed.launched_by_torchrun():
-        if "-m" in args or "--multirun" in args:
-            print("fast-td3-train: error: a sweep (-m) cannot run under torchrun; launch one torchrun job per run",
-                  file=sys.stderr)
-            sys.exit(2)
-        sys.argv[1:] += distributed.hydra_overrides(args)
+        _fail(problem)
+    args = [add_to_free_form_dicts(arg) for arg in args]
+    multirun = "-m" in args or "--multirun" in args
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from fast_td3 import distributed
+
+        if distributed.launched_by_torchrun():
+            if multirun:
+                _fail("a sweep (-m) cannot run under torchrun; launch one torchrun job per run")
+            args += distributed.hydra_overrides(args)
+    # Hydra's flags that change what is composed (--config-name, ...) leave the checks to main
+    flags = [arg for arg in args if arg.startswith("-") and arg not in ("-r", "--run", "-m", "--multirun")]
+    if not flags:
+        try:
+            overrides = [arg for arg in args if not arg.startswith("-")]
+            check_sweep(overrides) if multirun else preflight(overrides)
+        except (*USER_ERRORS, DeviceError) as error:
+            _fail(str(error))
+    sys.argv[1:] = args
     main()
 
 

@@ -1,14 +1,23 @@
 """Atomic checkpoint files and the checkpoint folder of a run."""
 
+import builtins
+import errno
+
 import pytest
 import torch
 
 from fast_td3 import checkpoint as ckpt
 
 
+def state_of(step=0, task="InvertedPendulum-v5", **extra):
+    """A checkpoint-shaped dict (what the runner writes, minus the networks)."""
+    return {"format": ckpt.FORMAT, "global_step": step, "agent": {}, "env": {},
+            "config": {"env": {"suite": "gymnasium", "task": task}, "seed": 1}, **extra}
+
+
 def test_a_crash_while_writing_leaves_the_previous_file_whole(tmp_path, monkeypatch):
     path = tmp_path / "state.pt"
-    ckpt.save_atomic({"x": torch.arange(5)}, path)
+    ckpt.save_atomic(state_of(x=torch.arange(5)), path)
 
     def torn_save(obj, f):
         f.write(b"PK\x03\x04 half a zip file")
@@ -53,3 +62,90 @@ def test_older_checkpoints_start_another_history_without_losing_files(tmp_path):
     assert [ckpt.step_of(p) for p in manager.all()] == [10] and ckpt.step_of(manager.latest()) == 10
     manager.save({"global_step": 15}, 15)
     assert [ckpt.step_of(p) for p in manager.all()] == [10, 15]
+
+
+class FullDisk:
+    """A file that accepts `budget` bytes, then fails like a full disk."""
+
+    def __init__(self, f, budget):
+        self.f, self.budget = f, budget
+
+    def write(self, data):
+        size = memoryview(data).nbytes
+        if size > self.budget:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.budget -= size
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_full_disk_at_a_save_names_enospc_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    manager = ckpt.CheckpointManager(tmp_path, keep=2)
+    manager.save(state_of(10), 10)
+    real_open = builtins.open
+    monkeypatch.setattr(ckpt, "open", lambda path, mode="r", *a, **k: (
+        FullDisk(real_open(path, mode, *a, **k), 4096) if "w" in mode else real_open(path, mode, *a, **k)),
+        raising=False)
+    with pytest.raises(ckpt.CheckpointWriteError) as failed:
+        manager.save(state_of(20, x=torch.zeros(100_000)), 20)
+    message = str(failed.value)
+    assert failed.value.errno == errno.ENOSPC
+    assert "No space left on device (ENOSPC)" in message and "unexpected pos" not in message
+    assert "step_000000020.pt" in message and "the last good checkpoint" in message and "step_000000010.pt" in message
+    monkeypatch.undo()
+    assert sorted(p.name for p in manager.dir.iterdir()) == ["latest", "step_000000010.pt"]  # no temp file
+    assert ckpt.load(manager.latest())["global_step"] == 10
+
+
+@pytest.mark.parametrize("cut", [0, 1, 30, 0.5, -22, -1])
+def test_a_truncated_checkpoint_is_named_with_the_reason(tmp_path, cut):
+    path = tmp_path / "step_000000010.pt"
+    ckpt.save_atomic(state_of(10, x=torch.zeros(1000)), path)
+    data = path.read_bytes()
+    keep = int(len(data) * cut) if isinstance(cut, float) else cut % len(data) if cut < 0 else cut
+    path.write_bytes(data[:keep])
+    with pytest.raises(ckpt.CheckpointError, match="empty file" if keep == 0 else "truncated|not a PyTorch file"):
+        ckpt.load(path)
+
+
+def test_resume_passes_unreadable_checkpoints_and_sets_them_aside(tmp_path):
+    manager = ckpt.CheckpointManager(tmp_path, keep=5)
+    for step in (10, 20, 30):
+        manager.save(state_of(step), step)
+    newest = manager.latest()
+    newest.write_bytes(newest.read_bytes()[:100])
+    path, state, unreadable = ckpt.pick_for_resume(tmp_path)
+    assert ckpt.step_of(path) == 20 and state["global_step"] == 20
+    assert [(p.name, "truncated" in why) for p, why in unreadable] == [("step_000000030.pt", True)]
+    # a file named explicitly is taken as it is: no falling back past it
+    with pytest.raises(ckpt.CheckpointError, match="step_000000030.pt: truncated"):
+        ckpt.pick_for_resume(newest)
+    moved = manager.set_aside_unreadable([newest])
+    assert moved == [manager.dir / "unreadable" / "step_000000030.pt"] and moved[0].is_file()  # never deleted
+    assert manager.latest().name == "step_000000020.pt" and (manager.dir / "latest").read_text() == "step_000000020.pt"
+    for path in manager.all():
+        path.write_bytes(b"")
+    with pytest.raises(ckpt.CheckpointError, match="no checkpoint in .* can be read .*step_000000010.pt: empty"):
+        ckpt.pick_for_resume(tmp_path)
+
+
+def test_checkpoints_of_another_run_or_a_newer_format_are_refused(tmp_path):
+    path = tmp_path / "c.pt"
+    walker = state_of(task="Walker2d-v5")
+    with pytest.raises(ckpt.CheckpointError, match=r"env.task 'Walker2d-v5' \(this run: 'HalfCheetah-v5'\)"):
+        ckpt.check_matches(walker, {"env": {"suite": "gymnasium", "task": "HalfCheetah-v5"}, "seed": 1}, path)
+    ckpt.check_matches(walker, {"env": {"suite": "gymnasium", "task": "Walker2d-v5"}, "seed": 1}, path)
+    torch.save({**walker, "format": ckpt.FORMAT + 1}, path)
+    with pytest.raises(ckpt.CheckpointError, match="newer fast-td3"):
+        ckpt.load(path)
+    torch.save({"weights": torch.zeros(2)}, path)
+    with pytest.raises(ckpt.CheckpointError, match="not a fast-td3 checkpoint .*without global_step, agent, env, config"):
+        ckpt.load(path)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fast_td3.device import resolve_device
+from fast_td3.device import DeviceError, resolve_device
 from fast_td3.replay import ReplayBuffer
 
 
@@ -15,5 +15,5 @@ def test_auto_picks_cuda_only_when_present():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_asking_for_a_missing_gpu_says_what_to_do():
-    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+    with pytest.raises(DeviceError, match="no CUDA GPU"):
         resolve_device("cuda")

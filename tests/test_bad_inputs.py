@@ -1,0 +1,326 @@
+"""A bad-input battery through the real console scripts (subprocesses), as a new user meets them.
+
+Every case asserts the exit code, a message without a traceback that names the problem, and
+that nothing was created or lost: no run folder for a rejected new run, an existing run's
+folder (config, overrides, checkpoints) byte for byte unchanged after a refused resume.
+Command-line and config errors run with torch, JAX, MuJoCo and gymnasium made unimportable:
+they must be reported before any heavy import (in well under a second on an idle machine).
+Cases that need checkpoints share one tiny trained run, made once per module.
+"""
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fast_td3 import checkpoint as ckpt
+
+BIN = Path(sys.executable).parent
+TRAIN, EVAL, PLAY, EXPORT = (str(BIN / name) for name in
+                             ("fast-td3-train", "fast-td3-eval", "fast-td3-play", "fast-td3-export"))
+QUICK = [
+    "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=3",
+    "algo.actor_hidden_dims=[32,32]", "algo.critic_hidden_dims=[64,64]", "algo.precision=fp32",
+    "algo.compile=false", "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false",
+    "eval_interval=0",
+]
+HEAVY = ("torch", "jax", "mujoco", "gymnasium", "mujoco_playground")
+NO_CUDA = not torch.cuda.is_available()
+
+
+def site_hook(folder: Path, target: str | None = None, patch: str = "", block: tuple[str, ...] = ()) -> dict:
+    """Environment for a subprocess whose sitecustomize blocks `block` imports and runs `patch`
+    (with the module as `m`) as soon as `target` ("module:attribute") has been defined."""
+    folder.mkdir(parents=True, exist_ok=True)
+    code = ["import sys"] + [f"sys.modules[{name!r}] = None" for name in block]
+    if target:
+        module, attribute = target.split(":")
+        code += [
+            "import builtins",
+            "_import = builtins.__import__",
+            "def _hook(*args, **kwargs):",
+            "    result = _import(*args, **kwargs)",
+            f"    m = sys.modules.get({module!r})",
+            f"    if hasattr(m, {attribute!r}) and not getattr(m, '_patched_by_test', False):",
+            "        m._patched_by_test = True",
+            *("        " + line for line in patch.strip().splitlines()),
+            "    return result",
+            "builtins.__import__ = _hook",
+        ]
+    (folder / "sitecustomize.py").write_text("\n".join(code) + "\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+
+
+def run(cmd, cwd, env=None, timeout=300):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_user_error(result, says: str, code: int = 2, one_line: bool = True) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output[-3000:]
+    assert "Traceback" not in output and "HYDRA_FULL_ERROR" not in output, output[-3000:]
+    assert says in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and errors[0].split(": error: ")[0].startswith("fast-td3-"), result.stderr
+    if one_line:
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file and folder below `folder` with a hash of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def no_heavy(tmp_path_factory):
+    return site_hook(tmp_path_factory.mktemp("no_heavy"), block=HEAVY)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny run with checkpoints at global steps 10, 20 and 30."""
+    root = tmp_path_factory.mktemp("trained")
+    result = run([TRAIN, *QUICK, "total_steps=30", "save_interval=10", "hydra.run.dir=run"], root)
+    assert result.returncode == 0, result.stderr
+    assert [ckpt.step_of(p) for p in ckpt.CheckpointManager(root / "run").all()] == [10, 20, 30]
+    return root / "run"
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    """A private copy of the trained run (tests change its checkpoints)."""
+    shutil.copytree(trained, tmp_path / "run")
+    return tmp_path / "run"
+
+
+# ------------------------------------------------------------------ the train command line and config
+FAST = [
+    (["task=HalfCheeta-v5"], "Did you mean 'HalfCheetah-v5'"),
+    (["algo.batch_sze=1024"], "Did you mean 'algo.batch_size'"),
+    (["+algo.gama=0.9"], "Unknown config key 'algo.gama'"),
+    (["total_steps=abc"], "total_steps=abc: total_steps takes an integer"),
+    (["algo.gamma=abc"], "algo.gamma takes a number"),
+    (["logger.console=maybe"], "logger.console=maybe: logger.console takes true or false"),
+    (["algo.actor_hidden_dims=abc"], "algo.actor_hidden_dims=abc: "),
+    (["algo.actor_hidden_dims=[1,2"], "malformed override 'algo.actor_hidden_dims=[1,2'"),
+    (["justaword"], "malformed override 'justaword'"),
+    (["logger=nope"], "Unknown logger option 'nope'"),
+    (["preset=gpu"], "Did you mean 'cpu'"),
+    (["reward=tunde"], "Did you mean 'tuned'"),
+    (["env.num_envs=0"], "env.num_envs must be >= 1, got 0"),
+    (["algo.gamma=2"], "gamma must be in [0, 1], got 2.0"),
+    (["algo.batch_size=-5"], "algo.batch_size (-5) must be >= env.num_envs"),
+    (["keep_checkpoints=-1"], "keep_checkpoints must be >= 1, got -1"),
+    (["keep_checkpoints=0"], "keep_checkpoints must be >= 1, got 0"),
+    (["algo.v_min=5", "algo.v_max=1"], "v_min (5.0) must be < v_max (1.0)"),
+    (["eval_episodes=0"], "eval_episodes must be >= 1"),
+    (["out_dir=/proc/fast-td3"], "out_dir=/proc/fast-td3: cannot create"),
+    (["out_dir=blocker/file"], "cannot create"),
+    (["hydra.run.dir=blocker/file/run"], "hydra.run.dir: cannot create"),
+    (["resume=nowhere"], "resume=nowhere: no such run folder or checkpoint file"),
+    (["-m", "total_steps=5,abc"], "total_steps=abc: total_steps takes an integer"),  # every value of a sweep
+    (["-m", "seed=1,2", "algo.gamma=0.9,2"], "gamma must be in [0, 1], got 2.0"),
+]
+
+
+@pytest.mark.parametrize("args, says", FAST, ids=[" ".join(a) for a, _ in FAST])
+def test_a_bad_train_input_fails_before_any_heavy_import_and_creates_nothing(tmp_path, no_heavy, args, says):
+    (tmp_path / "blocker").mkdir()
+    (tmp_path / "blocker" / "file").write_text("a file where a folder should be")
+    before = snapshot(tmp_path)
+    started = time.perf_counter()
+    result = run([TRAIN, *args], tmp_path, env=no_heavy)
+    assert_user_error(result, says, one_line=not args[0].startswith("task="))
+    assert time.perf_counter() - started < 30  # about 0.3 s idle; generous for a loaded CI machine
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("device, says", [
+    ("nonsense", "device='nonsense' is not a device name (available here: auto, cpu"),
+    pytest.param("cuda", "this machine has no CUDA GPU (available here: auto, cpu)",
+                 marks=pytest.mark.skipif(not NO_CUDA, reason="a GPU is present")),
+    ("cuda:99", "device='cuda:99'"),
+])
+def test_an_unavailable_device_says_what_is_available(tmp_path, trained, device, says):
+    result = run([TRAIN, *QUICK, f"device={device}"], tmp_path)
+    assert_user_error(result, says)
+    assert list(tmp_path.iterdir()) == []
+    if device == "nonsense":  # the other loaders resolve devices the same way
+        assert_user_error(run([EVAL, str(trained), "--device", device], tmp_path), says)
+
+
+@pytest.mark.parametrize("kwarg, says", [
+    ("reset_noise_scale=nan", "fails at reset with env.options.env_kwargs.reset_noise_scale=nan"),
+    ("no_such_weight=1", "cannot be made with env.options.env_kwargs.no_such_weight=1"),
+])
+def test_env_keywords_the_simulator_rejects_are_named_and_leave_no_run_folder(tmp_path, kwarg, says):
+    result = run([TRAIN, *QUICK, "total_steps=5", f"env.options.env_kwargs.{kwarg}"], tmp_path)
+    assert_user_error(result, says)
+    assert list(tmp_path.iterdir()) == []  # the run folder made for it is gone again, runs/ too
+
+
+# ------------------------------------------------------------------ unreadable checkpoints in every loader
+def _truncate(cut):
+    """Keep the first `cut` bytes (a fraction: that share of the file; negative: all but the last)."""
+    def damage(path: Path) -> None:
+        data = path.read_bytes()
+        path.write_bytes(data[:int(len(data) * cut) if isinstance(cut, float) else cut])
+    return damage
+
+
+BAD_FILES = {
+    "empty": (_truncate(0), "empty file"),
+    "truncated_at_100_bytes": (_truncate(100), "truncated or damaged"),
+    "truncated_at_half": (_truncate(0.5), "truncated or damaged"),
+    "truncated_by_10_bytes": (_truncate(-10), "truncated or damaged"),
+    "garbage": (lambda p: p.write_bytes(os.urandom(4096)), "not a fast-td3 checkpoint (not a PyTorch file)"),
+    "zero_filled": (lambda p: p.write_bytes(bytes(4096)), "damaged (zero-filled"),
+    "other_torch_file": (lambda p: torch.save({"weights": torch.zeros(3)}, p),
+                         "not a fast-td3 checkpoint (a PyTorch file without global_step, agent"),
+    "newer_format": (lambda p: torch.save({**ckpt.load(p), "format": ckpt.FORMAT + 1}, p),
+                     "written by a newer fast-td3"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_eval_names_an_unreadable_checkpoint_and_why(run_copy, kind):
+    damage, says = BAD_FILES[kind]
+    newest = ckpt.CheckpointManager(run_copy).latest()
+    damage(newest)
+    result = run([EVAL, str(run_copy)], run_copy.parent)
+    assert_user_error(result, says)
+    assert newest.name in result.stderr
+
+
+@pytest.mark.parametrize("command", ["export", "play"])
+def test_export_and_play_name_an_unreadable_checkpoint(run_copy, command):
+    newest = ckpt.CheckpointManager(run_copy).latest()
+    _truncate(0.5)(newest)
+    cmd = [EXPORT, f"checkpoint={newest}", "out=bundle"] if command == "export" else [PLAY, str(newest), "--video", "x.gif"]
+    result = run(cmd, run_copy.parent)
+    assert_user_error(result, f"{newest}: truncated or damaged")
+    assert sorted(p.name for p in run_copy.parent.iterdir()) == ["run"]
+
+
+# ------------------------------------------------------------------ resumes
+def test_resume_passes_a_truncated_newest_checkpoint_sets_it_aside_and_continues(run_copy):
+    newest = ckpt.CheckpointManager(run_copy).latest()
+    _truncate(0.5)(newest)
+    torn = newest.read_bytes()
+    result = run([TRAIN, "resume=run", "total_steps=25"], run_copy.parent)
+    assert result.returncode == 0, result.stderr
+    assert "step_000000030.pt cannot be read (truncated or damaged" in result.stderr
+    assert "resuming from step_000000020.pt" in result.stderr and "global step 20" in result.stdout
+    assert (run_copy / "checkpoints" / "unreadable" / newest.name).read_bytes() == torn  # kept, not deleted
+    assert ckpt.load(ckpt.CheckpointManager(run_copy).latest())["global_step"] == 25
+
+
+def test_resume_after_a_kill_during_a_checkpoint_write(run_copy):
+    """What `kill -9` in the middle of a save leaves: a torn temp file beside the whole checkpoints."""
+    checkpoints = run_copy / "checkpoints"
+    whole = (checkpoints / "step_000000030.pt").read_bytes()
+    (checkpoints / ".step_000000040.pt.tmp12345").write_bytes(whole[: len(whole) // 3])
+    result = run([TRAIN, "resume=run", "total_steps=35"], run_copy.parent)
+    assert result.returncode == 0, result.stderr
+    assert "global step 30" in result.stdout and "cannot be read" not in result.stderr
+    assert not list(checkpoints.glob(".*tmp*"))  # the torn temp file is cleaned up by the next save
+    assert ckpt.load(ckpt.CheckpointManager(run_copy).latest())["global_step"] == 35
+
+
+def _refused_resume(run_copy, args, says, env=None):
+    before = snapshot(run_copy)
+    result = run([TRAIN, "resume=run", *args], run_copy.parent, env=env)
+    assert_user_error(result, says)
+    assert snapshot(run_copy) == before  # config, overrides, .hydra and checkpoints untouched
+
+
+def test_a_resume_with_no_readable_checkpoint_changes_nothing(run_copy):
+    for path in ckpt.CheckpointManager(run_copy).all():
+        _truncate(0.5)(path)
+    _refused_resume(run_copy, [], "no checkpoint in run/checkpoints can be read (step_000000030.pt: truncated")
+
+
+def test_a_checkpoint_of_another_task_is_refused_with_both_names(run_copy):
+    newest = ckpt.CheckpointManager(run_copy).latest()
+    state = ckpt.load(newest)
+    state["config"]["env"]["task"] = "InvertedDoublePendulum-v5"  # same suite, another task
+    torch.save(state, newest)
+    _refused_resume(run_copy, [], "env.task 'InvertedDoublePendulum-v5' (this run: 'InvertedPendulum-v5')")
+
+
+def test_a_refused_resume_changes_nothing(run_copy, no_heavy):
+    _refused_resume(run_copy, ["seed=5"], "cannot change the task, config groups or seed")
+    _refused_resume(run_copy, ["total_steps=abc"], "total_steps takes an integer", env=no_heavy)
+    _refused_resume(run_copy, ["keep_checkpoints=0"], "keep_checkpoints must be >= 1")
+
+
+def test_a_run_folder_is_never_trained_into_again(run_copy):
+    before = snapshot(run_copy)
+    result = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], run_copy.parent)
+    assert_user_error(result, "already holds a run; continue it with resume=")
+    assert snapshot(run_copy) == before
+
+
+# ------------------------------------------------------------------ run folders
+def test_ctrl_c_before_the_first_checkpoint_leaves_a_reusable_folder(tmp_path):
+    interrupted = site_hook(tmp_path / "hook", "fast_td3.runner:Runner", """
+def _interrupted(self):
+    raise KeyboardInterrupt
+m.Runner.train = _interrupted
+""")
+    result = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path, env=interrupted)
+    assert result.returncode == 130, result.stderr
+    assert "before the first checkpoint: nothing to resume" in result.stderr and "resume=" not in result.stderr
+    resumed = run([TRAIN, "resume=run"], tmp_path)
+    assert_user_error(resumed, "nothing to resume")
+    again = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)  # the folder is reusable
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_full_disk_at_a_save_is_reported_as_such_and_keeps_the_last_good_checkpoint(tmp_path):
+    full_disk = site_hook(tmp_path / "hook", "fast_td3.checkpoint:CheckpointManager", f"""
+_save = m.save_atomic
+def _save_until_full(state, path):
+    if state["global_step"] >= 10:
+        raise OSError({errno.ENOSPC}, "No space left on device")
+    _save(state, path)
+m.save_atomic = _save_until_full
+""")
+    result = run([TRAIN, *QUICK, "total_steps=15", "save_interval=5", "hydra.run.dir=run"], tmp_path, env=full_disk)
+    assert_user_error(result, "No space left on device (ENOSPC)", code=4)
+    assert "could not write checkpoint" in result.stderr and "step_000000005.pt, is kept" in result.stderr
+    assert [p.name for p in ckpt.CheckpointManager(tmp_path / "run").all()] == ["step_000000005.pt"]
+
+
+@pytest.mark.slow  # two runs side by side: about 15 s on 2 cores
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
+    cmd = [TRAIN, *QUICK, "total_steps=3", "out_dir=out"]
+    time.sleep(1 - time.time() % 1 + 0.02)  # start both at the beginning of one second
+    processes = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    folders = sorted((tmp_path / "out" / "InvertedPendulum-v5").iterdir())
+    assert len(folders) == 2
+    for folder in folders:
+        assert (folder / ".hydra" / "overrides.yaml").is_file() and ckpt.CheckpointManager(folder).latest()
+    if folders[0].name.split("_")[:2] == folders[1].name.split("_")[:2]:  # the same second, as intended
+        assert folders[1].name == folders[0].name + "-2"
+
+
+def test_run_folder_names_are_claimed_atomically(tmp_path):
+    from fast_td3.train import claim_run_dir
+
+    stamp = "2026-12-01_12-00-00"
+    claimed = [claim_run_dir(tmp_path, stamp, 3) for _ in range(3)]
+    assert [p.name for p in claimed] == [f"{stamp}_3", f"{stamp}_3-2", f"{stamp}_3-3"]
+    assert all(p.is_dir() and not any(p.iterdir()) for p in claimed)

@@ -207,6 +207,7 @@ class T1NativeVecEnv:
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, info: dict[str, np.ndarray]) -> tuple:
         """Put every env in a given physics and task state (e.g. another backend's); returns the
         (actor, critic) observations of that state, noise drawn as at a reset."""
+        self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._qpos[:], self._qvel[:], self._ctrl[:] = qpos, qvel, ctrl
         self.batch.forward()
         self.info = {key: np.array(info[key]) for key in INFO_KEYS}
@@ -237,6 +238,8 @@ class T1NativeVecEnv:
         qpos[:, 7:] += rng.uniform(-0.05, 0.05, (n, t1.NUM_JOINTS))
         qvel = np.zeros((n, self.model.nv))
         qvel[:, 0:6] = rng.uniform(-0.3, 0.3, (n, 6))
+        # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._qpos[ids], self._qvel[ids], self._ctrl[ids] = qpos, qvel, self._default_pose
         self.batch.forward(ids)
         push_interval = rng.uniform(*cfg.push_config.interval_range, n)

@@ -223,6 +223,11 @@ def contacts_from(xp, sensordata, index: ModelIndex):
     return xp.any(sensordata[..., index.foot_contact_adr] > 0, axis=-1)
 
 
+def feet_gait_signals(xp, sensordata, index: ModelIndex) -> dict:
+    """The feet, for the gait metrics (`envs/playground.py`'s GaitSignals adds base, joints and torques)."""
+    return {"foot_vel_xy": sensordata[..., index.foot_linvel_adr][..., :2], "foot_contact": contacts_from(xp, sensordata, index)}
+
+
 def fallen(xp, termination, projected_gravity, qpos, qvel):
     """A fall: the base tilted beyond `max_tilt_cos`, below `min_base_height`, or a diverged state."""
     tilted = -projected_gravity[..., 2] < termination.max_tilt_cos
@@ -479,7 +484,7 @@ class T1LowDimJoystick(MjxEnv):
 
     def gait_signals(self, data: mjx.Data, info: dict) -> dict[str, jax.Array]:
         """Feet, for the gait metrics (`envs/playground.py` adds the base, joints and torques)."""
-        return {"foot_vel_xy": data.sensordata[self._index.foot_linvel_adr][:, :2], "foot_contact": self._contacts(data)}
+        return feet_gait_signals(jnp, data.sensordata, self._index)
 
     # -- rewards
     def _reward_terms(self, data, action, info, contacts, done) -> dict[str, jax.Array]:

@@ -23,6 +23,7 @@ reset ones in `obs`; a time-out flag where the time limit cut it, never on a fal
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from typing import Any
 
 import mujoco
@@ -39,6 +40,22 @@ TASKS = tuple(t1_lowdim.TERRAINS)
 INFO_KEYS = ("target_command", "gait_frequency", "clock", "active_frequency", "command", "gait_process",
              "last_action", "feet_air_time", "step", "push_steps")
 """The per-env task state, named as in the MJX env's `State.info`."""
+
+
+_GaitData = namedtuple("_GaitData", "qpos qvel qfrc_actuator sensordata")
+_GaitState = namedtuple("_GaitState", "data info")
+
+
+class _GaitView:
+    """What `envs.playground.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
+
+    def __init__(self, env: "T1NativeVecEnv") -> None:
+        self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
+
+    def gait_signals(self, data, info) -> dict:
+        import jax.numpy as jnp
+
+        return t1_lowdim.feet_gait_signals(jnp, data.sensordata, self._index)
 
 
 def default_threads(num_envs: int) -> int:
@@ -118,6 +135,8 @@ class T1NativeVecEnv:
         self.info: dict[str, np.ndarray] = {}
         self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
         self._obs: tuple[np.ndarray, np.ndarray] | None = None
+        self._last: _GaitState | None = None
+        self._gait_reader = None
         self._renderer = None
 
     # --------------------------------------------------------------- contract
@@ -162,6 +181,9 @@ class T1NativeVecEnv:
         info["last_action"] = action
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         final_actor, final_critic = self._observe(slice(None), state, contacts)
+        self._last = _GaitState(_GaitData(state["qpos"].copy(), state["qvel"].copy(),
+                                          self.batch.bind("qfrc_actuator").copy(), state["sensordata"].copy()),
+                                {"command": info["command"].copy()})
 
         time_outs = (info["step"] >= self.max_episode_steps) & ~terminated
         dones = terminated | time_outs
@@ -184,6 +206,24 @@ class T1NativeVecEnv:
         }
         return (obs, torch.from_numpy(rewards.astype(np.float32)).to(self.device),
                 torch.from_numpy(dones).to(self.device), extras)
+
+    def gait_signals(self) -> dict[str, Any]:
+        """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`), as the MJX
+        backend gives them (the same `GaitSignals` reader); rows of envs that finished describe
+        their last state before the reset."""
+        if self._last is None:
+            return {}
+        if self._gait_reader is None:
+            import jax
+
+            from envs.playground import GaitSignals
+
+            reader = GaitSignals(_GaitView(self))
+            self._gait_reader = (jax.jit(jax.vmap(reader.per_step)), reader.static(1))
+        per_step, static = self._gait_reader
+        signals = per_step(self._last)
+        return {**{key: torch.from_numpy(np.array(value)).to(self.device) for key, value in signals.items()},
+                **static}
 
     def close(self) -> None:
         if self._renderer is not None:

@@ -454,3 +454,24 @@ def test_converged_float64_mjx_agrees_to_rounding():
     print(errors)
     assert errors["contact_flips"] == 0.0 and errors["done"] == 0.0
     assert {k: v for k, v in errors.items() if v > 1e-5} == {}
+
+
+def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset():
+    env = native(2, 5, max_episode_steps=3)
+    env.reset()
+    for step in range(3):
+        _, _, dones, extras = env.step(torch.zeros(2, 12))
+        signals = env.gait_signals()
+        if step < 2:
+            assert not dones.any()
+            np.testing.assert_allclose(signals["base_height"].numpy(), env._qpos[:, 2], rtol=1e-6)
+            np.testing.assert_allclose(signals["joint_pos"].numpy(), env._qpos[:, 7:], rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(signals["command"].numpy(), env.info["command"], atol=1e-7)
+            assert (signals["torques"].abs() <= signals["torque_limits"] + 1e-4).all()
+    assert dones.all()
+    final_height = extras[FINAL_OBSERVATIONS][CRITIC][:, 50]  # 47 actor + 3 velocity, then the height
+    np.testing.assert_allclose(signals["base_height"].numpy(), final_height.numpy(), atol=1e-6)
+    shapes = {key: tuple(value.shape) for key, value in signals.items() if isinstance(value, torch.Tensor)}
+    assert shapes["foot_vel_xy"] == (2, 2, 2) and shapes["foot_contact"] == (2, 2)
+    assert shapes["torques"] == (2, 23) and signals["dt"] == pytest.approx(0.02)
+    assert signals["torque_limits"][11:17].tolist() == [60, 25, 30, 60, 24, 15]

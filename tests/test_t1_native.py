@@ -90,7 +90,7 @@ def test_auto_picks_native_on_cpu_and_records_it():
     assert choose_backend(TASK, torch.device("cpu"), "auto", {}) == "native"
     assert choose_backend("T1LowDimJoystickRoughTerrain", torch.device("cpu"), "auto", {}) == "native"
     assert choose_backend(TASK, torch.device("cuda"), "auto", {}) == "mjx"  # MJX stays the GPU path
-    assert choose_backend(TASK, torch.device("cpu"), "auto", {"impl": "warp"}) == "mjx"
+    assert choose_backend(TASK, torch.device("cpu"), "auto", {"impl": "jax"}) == "mjx"  # an MJX option
     assert choose_backend(TASK, torch.device("cpu"), "mjx", {}) == "mjx"
     with pytest.raises(EnvOptionError, match="backend=native runs"):
         choose_backend("CheetahRun", torch.device("cpu"), "native", {})

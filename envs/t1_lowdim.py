@@ -225,7 +225,8 @@ def contacts_from(xp, sensordata, index: ModelIndex):
 
 def feet_gait_signals(xp, sensordata, index: ModelIndex) -> dict:
     """The feet, for the gait metrics (`envs/playground.py`'s GaitSignals adds base, joints and torques)."""
-    return {"foot_vel_xy": sensordata[..., index.foot_linvel_adr][..., :2], "foot_contact": contacts_from(xp, sensordata, index)}
+    return {"foot_vel_xy": sensordata[..., index.foot_linvel_adr][..., :2],
+            "foot_contact": contacts_from(xp, sensordata, index)}
 
 
 def fallen(xp, termination, projected_gravity, qpos, qvel):
@@ -270,7 +271,8 @@ def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_t
     stance = xp.where(walking[..., None] > 0, xp.stack([left_stance, ~left_stance], axis=-1), True)
     imu = site_xmat[..., index.imu_site, :, :]
     yaw = xp.arctan2(imu[..., 1, 0], imu[..., 0, 0])
-    lateral = xp.abs(xp.cos(yaw) * (feet[..., 0, 1] - feet[..., 1, 1]) - xp.sin(yaw) * (feet[..., 0, 0] - feet[..., 1, 0]))
+    between = feet[..., 0, :] - feet[..., 1, :]
+    lateral = xp.abs(xp.cos(yaw) * between[..., 1] - xp.sin(yaw) * between[..., 0])
     joints = qpos[..., 7:]
     beyond = xp.clip(index.soft_lower - joints, 0.0, None) + xp.clip(joints - index.soft_upper, 0.0, None)
     height = qpos[..., 2]

@@ -396,4 +396,5 @@ class T1NativeVecEnv:
         return torch.from_numpy(array).to(self.device)
 
     def __repr__(self) -> str:
-        return f"T1NativeVecEnv({self.task!r}, num_envs={self.num_envs}, backend=native MuJoCo, threads={self.num_threads})"
+        return (f"T1NativeVecEnv({self.task!r}, num_envs={self.num_envs}, backend=native MuJoCo, "
+                f"threads={self.num_threads})")

@@ -14,6 +14,11 @@ commands, gait frequencies, standing probability, observation noise, pushes and 
 randomisation (floor friction, link masses, joint offsets, gains) are config switches
 (`env.options.config_overrides`). The critic sees privileged state (body velocity,
 contacts, feet, height, torques, the raw command).
+
+The task's maths (reward terms, falls, contacts, the critic's observation) are functions of
+the array module, written once here: this MJX env calls them with `jax.numpy`, the
+native-MuJoCo backend of the same tasks (`envs/t1_native.py`, what `backend=auto` runs on a
+CPU) with `numpy`.
 """
 
 from __future__ import annotations
@@ -304,7 +309,6 @@ def total_reward(xp, terms: dict, scales, dt: float):
     rewards = {term: value * scales[term] for term, value in terms.items()}
     shaped = sum(value for term, value in rewards.items() if term != "termination")
     return xp.clip(shaped * dt, 0.0, None) + rewards["termination"] * dt, rewards
-
 
 
 class T1LowDimJoystick(MjxEnv):

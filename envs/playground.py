@@ -647,7 +647,10 @@ def choose_backend(task: str, device: torch.device, backend: str, options: dict[
     if backend not in BACKENDS:
         raise EnvOptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto" and task in NATIVE_TASKS:
-        return "native" if device.type == "cpu" and options.get("impl", "auto") == "auto" else "mjx"
+        from envs import t1_native
+
+        on_native = device.type == "cpu" and options.get("impl", "auto") == "auto" and t1_native.available()
+        return "native" if on_native else "mjx"
     if backend == "native" and task not in NATIVE_TASKS:
         raise EnvOptionError(f"backend=native runs {sorted(NATIVE_TASKS)}, not {task}; choose mjx or auto")
     if backend == "auto":

@@ -22,6 +22,7 @@ reset ones in `obs`; a time-out flag where the time limit cut it, never on a fal
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections import namedtuple
 from typing import Any
@@ -29,7 +30,6 @@ from typing import Any
 import mujoco
 import numpy as np
 import torch
-from mujoco import batch as mj_batch
 
 from envs import t1_lowdim
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
@@ -58,6 +58,11 @@ class _GaitView:
         return t1_lowdim.feet_gait_signals(jnp, data.sensordata, self._index)
 
 
+def available() -> bool:
+    """`mujoco.batch` (MuJoCo 4.0 and later) steps many MjData on C threads."""
+    return importlib.util.find_spec("mujoco.batch") is not None
+
+
 def default_threads(num_envs: int) -> int:
     return max(1, min(num_envs, len(os.sched_getaffinity(0))))
 
@@ -79,6 +84,9 @@ class T1NativeVecEnv:
         menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
         num_threads: physics threads (None: the CPUs this process may use).
         render_mode: "rgb_array" to allow `render()`.
+
+    Besides the contract's extras, `step` returns `extras["reward_terms"]`: the step's scaled
+    reward terms per env (NumPy, before x dt), as the MJX env's `reward/<term>` metrics.
     """
 
     def __init__(
@@ -100,6 +108,10 @@ class T1NativeVecEnv:
 
         if task not in TASKS:
             raise EnvOptionError(f"backend=native runs {list(TASKS)}, not {task!r}")
+        if not available():
+            raise EnvOptionError(f"backend=native needs mujoco>=4.0 (mujoco.batch); this is {mujoco.__version__}")
+        from mujoco import batch as mj_batch
+
         self.task = task
         self.num_envs = int(num_envs)
         self.device = torch.device(device)

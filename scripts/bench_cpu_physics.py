@@ -17,7 +17,8 @@ Five tables, every ratio measured here in this run:
 4. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
    (the mean over the logs after the first, so MJX's compile is left out);
 5. `T1LowDimJoystickFlatTerrain` (`envs/t1_lowdim.py` on MJX, `envs/t1_native.py` on native
-   MuJoCo): env steps/s at 16, 64 and 256 envs, native over MJX, build times (MJX: cold
+   MuJoCo): env steps/s at 16, 64 and 256 envs, native over MJX (alternating bursts, the
+   median of each: the load of a shared machine weighs on both alike), build times (MJX: cold
    compile), and end to end global steps/s of `preset=cpu` on both.
 """
 
@@ -60,6 +61,40 @@ def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict
         return {"env_steps_per_s": steps * num_envs / (time.perf_counter() - start), "build_s": build}
     finally:
         env.close()
+
+
+def interleaved_rates(task: str, num_envs: int, seconds: float, backends=("mjx", "native"), rounds: int = 8):
+    """Env steps/s of each backend, measured in `rounds` alternating bursts of `seconds / rounds`
+    each, the median per backend: on a shared machine the load then weighs on both alike.
+    Build times: MJX's includes a cold compile (no persistent cache)."""
+    from envs.registry import make_env
+
+    envs, rates, result = {}, {b: [] for b in backends}, {}
+    g = torch.Generator().manual_seed(0)
+    try:
+        for backend in backends:
+            start = time.perf_counter()
+            options = {"compilation_cache": False} if backend == "mjx" else {}
+            envs[backend] = env = make_env("playground", task, num_envs, seed=0, backend=backend, **options)
+            env.reset()
+            env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)[0].cpu()  # MJX compiles step here
+            result[backend] = {"build_s": time.perf_counter() - start}
+            for _ in range(5):
+                env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)
+        for _ in range(rounds):
+            for backend, env in envs.items():
+                steps, start = 0, time.perf_counter()
+                while time.perf_counter() - start < seconds / rounds:
+                    obs = env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)[0]
+                    steps += 1
+                obs.cpu()
+                rates[backend].append(steps * num_envs / (time.perf_counter() - start))
+    finally:
+        for env in envs.values():
+            env.close()
+    for backend in backends:
+        result[backend]["env_steps_per_s"] = float(np.median(rates[backend]))
+    return result
 
 
 def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, float]:
@@ -161,17 +196,22 @@ def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
 def native_vs_mjx(args, results) -> None:
     """Table 5: the T1 low-dim env on native MuJoCo against MJX."""
     print()
-    adapter_table(args, results["native"], args.native_tasks, args.native_num_envs, "native")
+    adapter_table(args, results["native"], args.native_tasks, args.native_num_envs, "native", interleaved_rates)
     end_to_end_table(args, results["native_end_to_end"], args.native_tasks, "native")
 
 
-def adapter_table(args, rows: list, tasks: list[str], counts: list[int], backend: str) -> None:
-    """Env steps/s through the adapters on MJX and on `backend`, their ratio, and build times."""
+def adapter_table(args, rows: list, tasks: list[str], counts: list[int], backend: str, measure=None) -> None:
+    """Env steps/s through the adapters on MJX and on `backend`, their ratio, and build times
+    (`measure(task, n, seconds)` gives both at once, else one after the other)."""
     print(f"{'task':<30}{'envs':>6}{'MJX steps/s':>13}{backend + ' steps/s':>17}{'ratio':>8}{'MJX build':>11}"
           f"{backend + ' build':>15}")
     for task in tasks:
         for n in counts:
-            mjx, other = (adapter_rate(task, n, b, args.seconds) for b in ("mjx", backend))
+            if measure is not None:
+                both = measure(task, n, args.seconds)
+                mjx, other = both["mjx"], both[backend]
+            else:
+                mjx, other = (adapter_rate(task, n, b, args.seconds) for b in ("mjx", backend))
             ratio = other["env_steps_per_s"] / mjx["env_steps_per_s"]
             print(f"{task:<30}{n:>6}{mjx['env_steps_per_s']:>13.0f}{other['env_steps_per_s']:>17.0f}{ratio:>7.2f}x"
                   f"{mjx['build_s']:>10.1f}s{other['build_s']:>14.1f}s", flush=True)

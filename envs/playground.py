@@ -619,7 +619,13 @@ def use_menagerie(task: str, explicit: str | None = None) -> None:
 
 
 # ------------------------------------------------------------------ physics backend
-BACKENDS = ("auto", "mjx", "envpool")
+BACKENDS = ("auto", "mjx", "envpool", "native")
+NATIVE_TASKS = frozenset({"T1LowDimJoystickFlatTerrain", "T1LowDimJoystickRoughTerrain"})
+"""Our own tasks with a native-MuJoCo backend (`envs/t1_native.py`), which `backend=auto` picks
+on the CPU: no JIT compile, >10x MJX's env steps/s there; pinned to MJX step by step
+(tests/test_t1_native.py). MJX stays their GPU path."""
+NATIVE_FOREIGN = {"impl": "auto", "lean_assets": True}
+"""Options the native backend has no use for, with their neutral values."""
 ENVPOOL_ON_CPU = frozenset({
     "T1JoystickFlatTerrain", "T1JoystickRoughTerrain", "G1JoystickFlatTerrain", "G1JoystickRoughTerrain",
 })
@@ -635,11 +641,18 @@ ENVPOOL_ONLY = {"num_threads": None, "lean_assets": True}
 
 
 def choose_backend(task: str, device: torch.device, backend: str, options: dict[str, Any]) -> str:
-    """"mjx" or "envpool" for a task, device and the run's options (see ENVPOOL_ON_CPU)."""
+    """"mjx", "envpool" or "native" for a task, device and the run's options (see ENVPOOL_ON_CPU, NATIVE_TASKS)."""
     from envs import playground_envpool
 
     if backend not in BACKENDS:
         raise EnvOptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto" and task in NATIVE_TASKS:
+        from envs import t1_native
+
+        on_native = device.type == "cpu" and options.get("impl", "auto") == "auto" and t1_native.available()
+        return "native" if on_native else "mjx"
+    if backend == "native" and task not in NATIVE_TASKS:
+        raise EnvOptionError(f"backend=native runs {sorted(NATIVE_TASKS)}, not {task}; choose mjx or auto")
     if backend == "auto":
         # config_overrides name Playground's keys unless the run chose EnvPool (whose keys differ)
         uses_mjx_options = bool(options.get("config_overrides")) or any(
@@ -652,6 +665,16 @@ def choose_backend(task: str, device: torch.device, backend: str, options: dict[
     return backend
 
 
+def _drop_foreign(options: dict[str, Any], foreign: dict[str, Any], owner: str, chosen: str, explicit: bool) -> None:
+    """Remove the options of another backend (`owner`); one set away from its neutral value is an
+    error when the run named the backend."""
+    for key, neutral in foreign.items():
+        value = options.pop(key, neutral)
+        if value != neutral and explicit:
+            raise EnvOptionError(f"{key}={value!r} applies to the {owner} backend, and this run asked for {chosen}; "
+                                 f"drop the option or choose env.options.backend=auto")
+
+
 def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", backend: str = "auto", **options: Any):
     """The task on MJX (`PlaygroundVecEnv`) or EnvPool (`EnvPoolPlaygroundVecEnv`), see `choose_backend`.
 
@@ -660,17 +683,18 @@ def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", backend: 
     """
     chosen = choose_backend(task, torch.device(device), backend, options)
     explicit = backend == chosen
+    if chosen == "native":
+        from envs.t1_native import T1NativeVecEnv
+
+        options.pop("compilation_cache", None)  # nothing to compile
+        _drop_foreign(options, NATIVE_FOREIGN, "MJX or EnvPool", chosen, explicit)
+        return T1NativeVecEnv(task, num_envs, seed=seed, device=device, **options)
     if chosen == "envpool" and options.get("render_mode"):
         print(f"{task}: EnvPool cannot render without an OpenGL context here; the env that draws the videos "
               "runs on MJX", file=sys.stderr, flush=True)
         chosen, explicit = "mjx", False
-    foreign = ENVPOOL_ONLY if chosen == "mjx" else MJX_ONLY
-    for key, neutral in foreign.items():
-        value = options.pop(key, neutral)
-        if value != neutral and explicit:
-            raise EnvOptionError(f"{key}={value!r} applies to the "
-                                 f"{'EnvPool' if chosen == 'mjx' else 'MJX'} backend, and this run asked for {chosen}; "
-                                 f"drop the option or choose env.options.backend=auto")
+    _drop_foreign(options, ENVPOOL_ONLY if chosen == "mjx" else MJX_ONLY, "EnvPool" if chosen == "mjx" else "MJX",
+                  chosen, explicit)
     if chosen == "mjx":
         return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)
     from envs.playground_envpool import EnvPoolPlaygroundVecEnv

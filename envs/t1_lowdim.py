@@ -14,6 +14,11 @@ commands, gait frequencies, standing probability, observation noise, pushes and 
 randomisation (floor friction, link masses, joint offsets, gains) are config switches
 (`env.options.config_overrides`). The critic sees privileged state (body velocity,
 contacts, feet, height, torques, the raw command).
+
+The task's maths (reward terms, falls, contacts, the critic's observation) are functions of
+the array module, written once here: this MJX env calls them with `jax.numpy`, the
+native-MuJoCo backend of the same tasks (`envs/t1_native.py`, what `backend=auto` runs on a
+CPU) with `numpy`.
 """
 
 from __future__ import annotations
@@ -180,6 +185,132 @@ def initial_qpos(model: mujoco.MjModel, control: t1.T1Control) -> np.ndarray:
     return qpos
 
 
+class ModelIndex:
+    """Where the task reads the T1 model's state: sites, sensor addresses, soft joint limits.
+    Both backends (MJX here, native MuJoCo in `envs/t1_native.py`) index with it."""
+
+    def __init__(self, model: mujoco.MjModel, soft_joint_limit_factor: float) -> None:
+        self.imu_site = model.site(IMU_SITE).id
+        self.feet_sites = np.array([model.site(name).id for name in FEET_SITES])
+        self.foot_contact_adr = np.array([[model.sensor_adr[model.sensor(n).id] for n in side]
+                                          for side in FOOT_CONTACT_SENSORS])
+        self.feet_touch_adr = model.sensor_adr[model.sensor("left_foot_right_foot_found").id]
+        self.gyro_adr = _sensor_slice(model, "gyro")
+        self.local_linvel_adr = _sensor_slice(model, "local_linvel")
+        self.foot_linvel_adr = np.stack([_sensor_slice(model, f"{site}_global_linvel") for site in FEET_SITES])
+        self.floor_geom = model.geom("floor").id
+        lower, upper = model.jnt_range[1:].T
+        mid, half = (lower + upper) / 2, (upper - lower) / 2 * soft_joint_limit_factor
+        self.soft_lower, self.soft_upper = mid - half, mid + half
+        self.legs = np.array(t1.LEG_SDK_INDICES)
+
+
+# ------------------------------------------------------------------ the task's maths, one definition for both backends
+# Functions of the array module `xp` (jax.numpy for MJX, numpy for native MuJoCo); every
+# argument has the same leading batch axes (none for one MJX env, [num_envs] natively).
+PRIVILEGED_LAYOUT = (
+    ("actor", t1.OBSERVATION_SIZE),  # the noiseless actor observation
+    ("local_linvel", 3),
+    ("base_height", 1),
+    ("contacts", 2),
+    ("feet_air_time", 2),
+    ("feet_height", 2),
+    ("feet_linvel", 6),
+    ("torques", t1.NUM_LEG_JOINTS),  # applied leg torques / torque limits
+    ("target_command", 3),  # the joystick's, before smoothing
+    ("gait_frequency", 1),
+)
+"""The critic's privileged observation, block by block, in order."""
+
+
+def contacts_from(xp, sensordata, index: ModelIndex):
+    """Each foot touching the floor: any of its four contact sensors fires, `[..., 2]`."""
+    return xp.any(sensordata[..., index.foot_contact_adr] > 0, axis=-1)
+
+
+def feet_gait_signals(xp, sensordata, index: ModelIndex) -> dict:
+    """The feet, for the gait metrics (`envs/playground.py`'s GaitSignals adds base, joints and torques)."""
+    return {"foot_vel_xy": sensordata[..., index.foot_linvel_adr][..., :2],
+            "foot_contact": contacts_from(xp, sensordata, index)}
+
+
+def fallen(xp, termination, projected_gravity, qpos, qvel):
+    """A fall: the base tilted beyond `max_tilt_cos`, below `min_base_height`, or a diverged state."""
+    tilted = -projected_gravity[..., 2] < termination.max_tilt_cos
+    low = qpos[..., 2] < termination.min_base_height
+    return tilted | low | xp.any(xp.isnan(qpos), axis=-1) | xp.any(xp.isnan(qvel), axis=-1)
+
+
+def privileged_observation(xp, clean_actor, *, qpos, sensordata, site_xpos, leg_torques, contacts, feet_air_time,
+                           target_command, gait_frequency, index: ModelIndex, torque_limit):
+    """The critic's observation (PRIVILEGED_LAYOUT) from the state and the task's info."""
+    feet_vel = sensordata[..., index.foot_linvel_adr]
+    parts = {
+        "actor": clean_actor,
+        "local_linvel": sensordata[..., index.local_linvel_adr],
+        "base_height": qpos[..., 2:3],
+        "contacts": contacts.astype(clean_actor.dtype),
+        "feet_air_time": feet_air_time,
+        "feet_height": site_xpos[..., index.feet_sites, 2],
+        "feet_linvel": feet_vel.reshape(feet_vel.shape[:-2] + (6,)),
+        "torques": leg_torques / torque_limit,
+        "target_command": target_command,
+        "gait_frequency": gait_frequency,
+    }
+    return xp.concatenate([parts[name].astype(clean_actor.dtype) for name, _ in PRIVILEGED_LAYOUT], axis=-1)
+
+
+def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_torques, projected_gravity, contacts,
+                 action, last_action, command, gait_process, done, index: ModelIndex, default_pose):
+    """Every reward term, unscaled (`reward_config.scales` names them); `site_xmat` is `[..., nsite, 3, 3]`."""
+    legs = index.legs
+    local_vel = sensordata[..., index.local_linvel_adr]
+    gyro = sensordata[..., index.gyro_adr]
+    leg_vel = qvel[..., 6:][..., legs]
+    leg_pos = qpos[..., 7:][..., legs]
+    feet = site_xpos[..., index.feet_sites, :]
+    feet_vel = sensordata[..., index.foot_linvel_adr]
+    walking = 1.0 - t1.standing(xp, command)[..., 0]
+    # stance while sin(2πφ) >= 0 for the left foot, < 0 for the right; both down while standing
+    left_stance = xp.sin(2 * np.pi * gait_process[..., 0]) >= 0
+    stance = xp.where(walking[..., None] > 0, xp.stack([left_stance, ~left_stance], axis=-1), True)
+    imu = site_xmat[..., index.imu_site, :, :]
+    yaw = xp.arctan2(imu[..., 1, 0], imu[..., 0, 0])
+    between = feet[..., 0, :] - feet[..., 1, :]
+    lateral = xp.abs(xp.cos(yaw) * between[..., 1] - xp.sin(yaw) * between[..., 0])
+    joints = qpos[..., 7:]
+    beyond = xp.clip(index.soft_lower - joints, 0.0, None) + xp.clip(joints - index.soft_upper, 0.0, None)
+    height = qpos[..., 2]
+    return {
+        "tracking_lin_vel": xp.exp(-xp.sum(xp.square(command[..., :2] - local_vel[..., :2]), axis=-1)
+                                   / cfg.tracking_sigma),
+        "tracking_ang_vel": xp.exp(-xp.square(command[..., 2] - gyro[..., 2]) / cfg.tracking_sigma),
+        "survival": xp.ones_like(height),
+        "base_height": xp.square(height - cfg.base_height_target),
+        "orientation": xp.sum(xp.square(projected_gravity[..., :2]), axis=-1),
+        "lin_vel_z": xp.square(local_vel[..., 2]),
+        "ang_vel_xy": xp.sum(xp.square(gyro[..., :2]), axis=-1),
+        "torques": xp.sum(xp.square(leg_torques), axis=-1),
+        "action_rate": xp.sum(xp.square(action - last_action), axis=-1),
+        "energy": xp.sum(xp.abs(leg_torques * leg_vel), axis=-1),
+        "feet_slip": xp.sum(contacts * xp.sum(xp.square(feet_vel[..., :2]), axis=-1), axis=-1),
+        "feet_swing": xp.mean((contacts == stance).astype(height.dtype), axis=-1),
+        "feet_distance": xp.clip(cfg.min_feet_distance - lateral, 0.0, 0.1),
+        "joint_limits": xp.sum(beyond, axis=-1),
+        "collision": (sensordata[..., index.feet_touch_adr] > 0).astype(height.dtype),
+        "stand_still": xp.sum(xp.abs(leg_pos - default_pose[legs]), axis=-1) * (1.0 - walking),
+        "termination": done.astype(height.dtype),
+    }
+
+
+def total_reward(xp, terms: dict, scales, dt: float):
+    """(reward, scaled terms): every scaled term but the fall penalty is clipped at zero together,
+    so a fall always costs; times the control period."""
+    rewards = {term: value * scales[term] for term, value in terms.items()}
+    shaped = sum(value for term, value in rewards.items() if term != "termination")
+    return xp.clip(shaped * dt, 0.0, None) + rewards["termination"] * dt, rewards
+
+
 class T1LowDimJoystick(MjxEnv):
     """Playground env (reset/step on `State`, jit- and vmap-able)."""
 
@@ -197,19 +328,8 @@ class T1LowDimJoystick(MjxEnv):
         model = self._mj_model
         self._init_qpos = jnp.asarray(initial_qpos(model, self.control))
         self._default_pose = jnp.asarray(self.control.default_pose, dtype=jnp.float32)
-        self._imu_site = model.site(IMU_SITE).id
-        self._feet_sites = np.array([model.site(name).id for name in FEET_SITES])
-        self._foot_contact_adr = np.array([[model.sensor_adr[model.sensor(n).id] for n in side]
-                                           for side in FOOT_CONTACT_SENSORS])
-        self._feet_touch_adr = model.sensor_adr[model.sensor("left_foot_right_foot_found").id]
-        self._gyro_adr = _sensor_slice(model, "gyro")
-        self._local_linvel_adr = _sensor_slice(model, "local_linvel")
-        self._foot_linvel_adr = np.stack([_sensor_slice(model, f"{site}_global_linvel") for site in FEET_SITES])
-        self._floor_geom = model.geom("floor").id
-        lower, upper = model.jnt_range[1:].T
-        mid, half = (lower + upper) / 2, (upper - lower) / 2 * self._config.reward_config.soft_joint_limit_factor
-        self._soft_lower, self._soft_upper = jnp.asarray(mid - half), jnp.asarray(mid + half)
-        self._legs = np.array(t1.LEG_SDK_INDICES)
+        self._index = ModelIndex(model, self._config.reward_config.soft_joint_limit_factor)
+        self._legs = self._index.legs
 
     # -- MjxEnv API
     @property
@@ -285,11 +405,7 @@ class T1LowDimJoystick(MjxEnv):
         info["feet_air_time"] = info["feet_air_time"] + self.dt
         done = self._fallen(data)
         terms = self._reward_terms(data, action, info, contacts, done)
-        scales = self._config.reward_config.scales
-        rewards = {term: value * scales[term] for term, value in terms.items()}
-        # every term but the fall penalty is clipped at zero together, so a fall always costs
-        shaped = sum(value for term, value in rewards.items() if term != "termination")
-        reward = jnp.clip(shaped * self.dt, 0.0, None) + rewards["termination"] * self.dt
+        reward, rewards = total_reward(jnp, terms, self._config.reward_config.scales, self.dt)
 
         # the next observation's command and gait phase, in the deploy code's order
         info["step"] = info["step"] + 1
@@ -330,7 +446,7 @@ class T1LowDimJoystick(MjxEnv):
 
     # -- sensing
     def _contacts(self, data: mjx.Data) -> jax.Array:
-        return (data.sensordata[self._foot_contact_adr] > 0).any(axis=-1)
+        return contacts_from(jnp, data.sensordata, self._index)
 
     def imu(self, data) -> tuple[jax.Array, jax.Array]:
         """(projected gravity, gyro) from the state the joint angles are read from (`sim2real.t1`)."""
@@ -340,10 +456,7 @@ class T1LowDimJoystick(MjxEnv):
         return self.imu(data)[0]
 
     def _fallen(self, data: mjx.Data) -> jax.Array:
-        term = self._config.termination
-        tilted = -self.projected_gravity(data)[2] < term.max_tilt_cos
-        low = data.qpos[2] < term.min_base_height
-        return tilted | low | jnp.isnan(data.qpos).any() | jnp.isnan(data.qvel).any()
+        return fallen(jnp, self._config.termination, self.projected_gravity(data), data.qpos, data.qvel)
 
     def encoder_offsets(self) -> jax.Array:
         """The joint encoders' offsets δ (measured = true + δ) this env's model was given by the
@@ -368,65 +481,25 @@ class T1LowDimJoystick(MjxEnv):
             joint_vel=self._noisy(keys[3], joint_vel, noise.joint_vel), **common)
         clean = t1.actor_observation(jnp, projected_gravity=gravity, gyro=gyro, joint_pos=joint_pos,
                                      joint_vel=joint_vel, **common)
-        feet = data.site_xpos[self._feet_sites]
-        privileged = jnp.concatenate([
-            clean,
-            data.sensordata[self._local_linvel_adr],  # 3
-            data.qpos[2:3],  # base height
-            contacts.astype(jnp.float32),  # 2
-            info["feet_air_time"],  # 2
-            feet[:, 2],  # feet heights 2
-            data.sensordata[self._foot_linvel_adr].ravel(),  # 6
-            data.qfrc_actuator[6:][self._legs] / jnp.asarray(self.control.leg(self.control.torque_limit)),  # 12
-            info["target_command"],  # 3
-            info["gait_frequency"],  # 1
-        ])
+        privileged = privileged_observation(
+            jnp, clean, qpos=data.qpos, sensordata=data.sensordata, site_xpos=data.site_xpos,
+            leg_torques=data.qfrc_actuator[6:][self._legs], contacts=contacts, feet_air_time=info["feet_air_time"],
+            target_command=info["target_command"], gait_frequency=info["gait_frequency"], index=self._index,
+            torque_limit=jnp.asarray(self.control.leg(self.control.torque_limit)))
         return {"state": actor, "privileged_state": privileged}
 
     def gait_signals(self, data: mjx.Data, info: dict) -> dict[str, jax.Array]:
         """Feet, for the gait metrics (`envs/playground.py` adds the base, joints and torques)."""
-        return {"foot_vel_xy": data.sensordata[self._foot_linvel_adr][:, :2], "foot_contact": self._contacts(data)}
+        return feet_gait_signals(jnp, data.sensordata, self._index)
 
     # -- rewards
     def _reward_terms(self, data, action, info, contacts, done) -> dict[str, jax.Array]:
-        cfg = self._config.reward_config
-        command = info["command"]
-        local_vel = data.sensordata[self._local_linvel_adr]
-        gyro = data.sensordata[self._gyro_adr]
-        gravity = self.projected_gravity(data)
-        torques = data.qfrc_actuator[6:][self._legs]  # applied: after the torque limits
-        leg_vel = data.qvel[6:][self._legs]
-        leg_pos = data.qpos[7:][self._legs]
-        feet = data.site_xpos[self._feet_sites]
-        feet_vel = data.sensordata[self._foot_linvel_adr]
-        walking = 1.0 - t1.standing(jnp, command)[0]
-        # stance while sin(2πφ) >= 0 for the left foot, < 0 for the right; both down while standing
-        left_stance = jnp.sin(2 * jnp.pi * info["gait_process"][0]) >= 0
-        stance = jnp.where(walking > 0, jnp.stack([left_stance, ~left_stance]), jnp.array([True, True]))
-        yaw_xmat = data.site_xmat[self._imu_site]
-        yaw = jnp.arctan2(yaw_xmat[1, 0], yaw_xmat[0, 0])
-        lateral = jnp.abs(jnp.cos(yaw) * (feet[0, 1] - feet[1, 1]) - jnp.sin(yaw) * (feet[0, 0] - feet[1, 0]))
-        beyond = jnp.clip(self._soft_lower - data.qpos[7:], 0.0, None) + jnp.clip(data.qpos[7:] - self._soft_upper,
-                                                                                   0.0, None)
-        return {
-            "tracking_lin_vel": jnp.exp(-jnp.sum(jnp.square(command[:2] - local_vel[:2])) / cfg.tracking_sigma),
-            "tracking_ang_vel": jnp.exp(-jnp.square(command[2] - gyro[2]) / cfg.tracking_sigma),
-            "survival": jnp.ones(()),
-            "base_height": jnp.square(data.qpos[2] - cfg.base_height_target),
-            "orientation": jnp.sum(jnp.square(gravity[:2])),
-            "lin_vel_z": jnp.square(local_vel[2]),
-            "ang_vel_xy": jnp.sum(jnp.square(gyro[:2])),
-            "torques": jnp.sum(jnp.square(torques)),
-            "action_rate": jnp.sum(jnp.square(action - info["last_action"])),
-            "energy": jnp.sum(jnp.abs(torques * leg_vel)),
-            "feet_slip": jnp.sum(contacts * jnp.sum(jnp.square(feet_vel[:, :2]), axis=-1)),
-            "feet_swing": jnp.mean((contacts == stance).astype(jnp.float32)),
-            "feet_distance": jnp.clip(cfg.min_feet_distance - lateral, 0.0, 0.1),
-            "joint_limits": jnp.sum(beyond),
-            "collision": (data.sensordata[self._feet_touch_adr] > 0).astype(jnp.float32),
-            "stand_still": jnp.sum(jnp.abs(leg_pos - self._default_pose[self._legs])) * (1.0 - walking),
-            "termination": done.astype(jnp.float32),
-        }
+        return reward_terms(
+            jnp, self._config.reward_config, qpos=data.qpos, qvel=data.qvel, sensordata=data.sensordata,
+            site_xpos=data.site_xpos, site_xmat=data.site_xmat, leg_torques=data.qfrc_actuator[6:][self._legs],
+            projected_gravity=self.projected_gravity(data), contacts=contacts, action=action,
+            last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"], done=done,
+            index=self._index, default_pose=self._default_pose)
 
     # -- domain randomisation (per-env models, used when the adapter's domain_randomization is on)
     def domain_randomize(self, model: mjx.Model, rng: jax.Array):
@@ -442,7 +515,7 @@ class T1LowDimJoystick(MjxEnv):
             if cfg.floor_friction:
                 friction = jax.random.uniform(keys[0], minval=cfg.floor_friction_range[0],
                                               maxval=cfg.floor_friction_range[1])
-                fields["geom_friction"] = model.geom_friction.at[self._floor_geom, 0].set(friction)
+                fields["geom_friction"] = model.geom_friction.at[self._index.floor_geom, 0].set(friction)
             if cfg.link_masses:
                 scale = jax.random.uniform(keys[1], (model.nbody,), minval=cfg.link_mass_scale[0],
                                            maxval=cfg.link_mass_scale[1])

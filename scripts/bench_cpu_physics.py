@@ -1,9 +1,11 @@
-"""MJX vs EnvPool for the Playground humanoids on this machine, in one run.
+"""MJX vs EnvPool for the Playground humanoids, and MJX vs native MuJoCo for our T1 low-dim
+env, on this machine, in one run.
 
     python scripts/bench_cpu_physics.py                                   # T1 and G1, 16 and 256 envs
     python scripts/bench_cpu_physics.py --tasks T1JoystickFlatTerrain --num-envs 16 --e2e-steps 300 --json cpu.json
+    python scripts/bench_cpu_physics.py --only native                     # T1LowDim: native vs MJX only
 
-Four tables, every ratio measured here in this run:
+Five tables, every ratio measured here in this run:
 1. env steps/s through the adapters (random actions, time limits and resets included),
    EnvPool over MJX, plus the time to build the envs (MJX: cold JIT compile of reset and step);
 2. two ways to handle EnvPool's next-step auto-reset, on the bare pool: a same-step
@@ -13,13 +15,18 @@ Four tables, every ratio measured here in this run:
 3. overlap: EnvPool stepping asynchronously (send/recv) while a preset=cpu update runs,
    against stepping and updating in turn;
 4. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
-   (the mean over the logs after the first, so MJX's compile is left out).
+   (the mean over the logs after the first, so MJX's compile is left out);
+5. `T1LowDimJoystickFlatTerrain` (`envs/t1_lowdim.py` on MJX, `envs/t1_native.py` on native
+   MuJoCo): env steps/s at 16, 64 and 256 envs, native over MJX (alternating bursts, the
+   median of each: the load of a shared machine weighs on both alike), build times (MJX: cold
+   compile), and end to end global steps/s of `preset=cpu` on both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -54,6 +61,40 @@ def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict
         return {"env_steps_per_s": steps * num_envs / (time.perf_counter() - start), "build_s": build}
     finally:
         env.close()
+
+
+def interleaved_rates(task: str, num_envs: int, seconds: float, backends=("mjx", "native"), rounds: int = 8):
+    """Env steps/s of each backend, measured in `rounds` alternating bursts of `seconds / rounds`
+    each, the median per backend: on a shared machine the load then weighs on both alike.
+    Build times: MJX's includes a cold compile (no persistent cache)."""
+    from envs.registry import make_env
+
+    envs, rates, result = {}, {b: [] for b in backends}, {}
+    g = torch.Generator().manual_seed(0)
+    try:
+        for backend in backends:
+            start = time.perf_counter()
+            options = {"compilation_cache": False} if backend == "mjx" else {}
+            envs[backend] = env = make_env("playground", task, num_envs, seed=0, backend=backend, **options)
+            env.reset()
+            env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)[0].cpu()  # MJX compiles step here
+            result[backend] = {"build_s": time.perf_counter() - start}
+            for _ in range(5):
+                env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)
+        for _ in range(rounds):
+            for backend, env in envs.items():
+                steps, start = 0, time.perf_counter()
+                while time.perf_counter() - start < seconds / rounds:
+                    obs = env.step(torch.rand(num_envs, env.num_actions, generator=g) * 2 - 1)[0]
+                    steps += 1
+                obs.cpu()
+                rates[backend].append(steps * num_envs / (time.perf_counter() - start))
+    finally:
+        for env in envs.values():
+            env.close()
+    for backend in backends:
+        result[backend]["env_steps_per_s"] = float(np.median(rates[backend]))
+    return result
 
 
 def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, float]:
@@ -152,6 +193,31 @@ def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
     return float(np.mean(rates[1:] or rates))
 
 
+def native_vs_mjx(args, results) -> None:
+    """Table 5: the T1 low-dim env on native MuJoCo against MJX."""
+    print()
+    adapter_table(args, results["native"], args.native_tasks, args.native_num_envs, "native", interleaved_rates)
+    end_to_end_table(args, results["native_end_to_end"], args.native_tasks, "native")
+
+
+def adapter_table(args, rows: list, tasks: list[str], counts: list[int], backend: str, measure=None) -> None:
+    """Env steps/s through the adapters on MJX and on `backend`, their ratio, and build times
+    (`measure(task, n, seconds)` gives both at once, else one after the other)."""
+    print(f"{'task':<30}{'envs':>6}{'MJX steps/s':>13}{backend + ' steps/s':>17}{'ratio':>8}{'MJX build':>11}"
+          f"{backend + ' build':>15}")
+    for task in tasks:
+        for n in counts:
+            if measure is not None:
+                both = measure(task, n, args.seconds)
+                mjx, other = both["mjx"], both[backend]
+            else:
+                mjx, other = (adapter_rate(task, n, b, args.seconds) for b in ("mjx", backend))
+            ratio = other["env_steps_per_s"] / mjx["env_steps_per_s"]
+            print(f"{task:<30}{n:>6}{mjx['env_steps_per_s']:>13.0f}{other['env_steps_per_s']:>17.0f}{ratio:>7.2f}x"
+                  f"{mjx['build_s']:>10.1f}s{other['build_s']:>14.1f}s", flush=True)
+            rows.append({"task": task, "num_envs": n, "mjx": mjx, backend: other, "ratio": ratio})
+
+
 def ratio_table(args, results, section, measure, keys, titles, note, number) -> None:
     """One table of `measure(task, num_envs, seconds)` per task and env count: the two rates
     under `keys` and their ratio (keys[0] / keys[1]), also appended to results[section]."""
@@ -174,39 +240,54 @@ def main() -> None:
     parser.add_argument("--num-envs", nargs="+", type=int, default=[16, 256])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--e2e-steps", type=int, default=1000, help="global steps per end-to-end run (0: skip)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset", "overlap"],
+    parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset", "overlap", "native"],
                         help="tables to leave out")
+    parser.add_argument("--native-tasks", nargs="+", default=["T1LowDimJoystickFlatTerrain"])
+    parser.add_argument("--native-num-envs", nargs="+", type=int, default=[16, 64, 256])
+    parser.add_argument("--only", choices=["native"], default=None, help="run only this table (and its end to end)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
-    results: dict[str, list] = {"adapters": [], "reset": [], "overlap": [], "end_to_end": []}
+    results: dict[str, list] = {"adapters": [], "reset": [], "overlap": [], "end_to_end": [], "native": [],
+                                "native_end_to_end": []}
+    print(f"CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} cores usable", flush=True)
+    if args.only != "native":
+        humanoids(args, results)
+    if "native" not in args.skip:
+        native_vs_mjx(args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def humanoids(args, results) -> None:
+    """Tables 1-4: MJX vs EnvPool for Playground's own humanoid tasks."""
     if "adapters" not in args.skip:
-        print(f"{'task':<24}{'envs':>6}{'MJX steps/s':>13}{'EnvPool steps/s':>17}{'ratio':>8}"
-              f"{'MJX build':>11}{'EnvPool build':>15}")
-    for task in args.tasks if "adapters" not in args.skip else []:
-        for n in args.num_envs:
-            mjx, pool = (adapter_rate(task, n, b, args.seconds) for b in ("mjx", "envpool"))
-            ratio = pool["env_steps_per_s"] / mjx["env_steps_per_s"]
-            print(f"{task:<24}{n:>6}{mjx['env_steps_per_s']:>13.0f}{pool['env_steps_per_s']:>17.0f}{ratio:>7.2f}x"
-                  f"{mjx['build_s']:>10.1f}s{pool['build_s']:>14.1f}s", flush=True)
-            results["adapters"].append({"task": task, "num_envs": n, "mjx": mjx, "envpool": pool, "ratio": ratio})
+        adapter_table(args, results["adapters"], args.tasks, args.num_envs, "envpool")
 
     ratio_table(args, results, "reset", reset_strategies, ("same_step_reset", "next_step_reset_dropped"),
                 ("same-step reset", "next-step, dropped"), "   (transitions/s)", ".0f")
     ratio_table(args, results, "overlap", overlap, ("overlapped", "in_turn"), ("overlapped", "step, update"),
                 "   (global steps/s: EnvPool send/recv around a preset=cpu update)", ".1f")
 
-    if args.e2e_steps:
-        n = 16
-        print(f"\n{'task':<24}{'envs':>6}{'MJX global steps/s':>20}{'EnvPool global steps/s':>24}{'ratio':>8}"
-              f"   (fast-td3-train preset=cpu, {args.e2e_steps} steps)")
-        for task in args.tasks:
-            mjx, pool = (end_to_end(task, b, args.e2e_steps, n) for b in ("mjx", "envpool"))
-            print(f"{task:<24}{n:>6}{mjx:>20.1f}{pool:>24.1f}{pool / mjx:>7.2f}x", flush=True)
-            results["end_to_end"].append({"task": task, "num_envs": n, "mjx": mjx, "envpool": pool,
-                                          "ratio": pool / mjx})
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    end_to_end_table(args, results["end_to_end"], args.tasks, "envpool")
+
+
+def end_to_end_table(args, rows: list, tasks: list[str], backend: str, num_envs: int = 16) -> None:
+    """Global steps/s of `fast-td3-train preset=cpu` on MJX and on `backend`, and their ratio."""
+    if not args.e2e_steps:
+        return
+    print(f"\n{'task':<30}{'envs':>6}{'MJX global steps/s':>20}{backend + ' global steps/s':>24}{'ratio':>8}"
+          f"   (fast-td3-train preset=cpu, {args.e2e_steps} steps)")
+    for task in tasks:
+        mjx, other = (end_to_end(task, b, args.e2e_steps, num_envs) for b in ("mjx", backend))
+        print(f"{task:<30}{num_envs:>6}{mjx:>20.1f}{other:>24.1f}{other / mjx:>7.2f}x", flush=True)
+        rows.append({"task": task, "num_envs": num_envs, "mjx": mjx, backend: other, "ratio": other / mjx})
 
 
 if __name__ == "__main__":

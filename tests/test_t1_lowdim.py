@@ -278,15 +278,22 @@ def test_reward_terms_are_named_and_scalable():
 
 
 # ------------------------------------------------------------------ train -> export -> sim-to-sim
-def test_train_export_sim2sim_end_to_end(tmp_path):
+@pytest.mark.parametrize("backend", ["mjx", "native"])
+def test_train_export_sim2sim_end_to_end(tmp_path, backend):
+    """A briefly trained policy, on either backend (`auto` picks native on a CPU), exports and
+    runs through the sim-to-sim gate the same way."""
+    overrides = [] if backend == "native" else [f"env.options.backend={backend}"]
     train = subprocess.run(
-        [str(BIN / "fast-td3-train"), f"task={TASK}", "preset=cpu", "env.num_envs=2", "env.options.push=false",
+        [str(BIN / "fast-td3-train"), f"task={TASK}", "preset=cpu", "env.num_envs=2", "env.options.push=false", *overrides,
          "env.options.config_overrides.noise_config.level=0.0", "total_steps=20", "eval_interval=20",
          "eval_episodes=2", "env.max_episode_steps=10", "save_interval=20", "algo.batch_size=32",
          "algo.learning_starts=5", "logger.console=false", f"out_dir={tmp_path / 'runs'}"],
         capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert train.returncode == 0, train.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs" / TASK).iterdir()
+    recorded = yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["options"]["backend"]
+    assert recorded == backend  # what a resume and fast-td3-eval repeat
+    assert ("T1NativeVecEnv" in train.stdout) == (backend == "native")
 
     bundle = tmp_path / "bundle"
     export = subprocess.run([str(BIN / "fast-td3-export"), f"checkpoint={run_dir}", f"out={bundle}"],

@@ -1,0 +1,412 @@
+"""`T1LowDimJoystick{Flat,Rough}Terrain` on native MuJoCo: the CPU backend (`backend=native`).
+
+The same task as `envs/t1_lowdim.py` (MJX), with its physics in MuJoCo's C engine: one
+`mujoco.batch.Batch` holds an MjData per env and steps them all on a pool of C threads;
+the task logic runs vectorised over envs in NumPy (float64, MuJoCo's precision) and
+crosses to torch as float32. No JIT compile: the env is ready in about a second.
+
+What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the
+deployment contract (`sim2real.t1`: observation, actions to PD targets, command smoothing
+and gait clock), the state indices (`ModelIndex`) and the task's maths, written once
+against the array API (`reward_terms`, `total_reward`, `privileged_observation`,
+`fallen`, `contacts_from`). What is written here again: the control flow of reset and
+step (same order as `T1LowDimJoystick.reset/step`) and the random draws (NumPy's
+generator, not JAX's: the two backends draw different but identically distributed
+commands, noise, pushes and resets). `tests/test_t1_native.py` pins the two together
+step by step from the same state.
+
+Same-step auto-reset as the env contract asks: the step that ends an episode returns
+the true final observations (actor and critic) in `extras["final_observations"]` and the
+reset ones in `obs`; a time-out flag where the time limit cut it, never on a fall.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import namedtuple
+from typing import Any
+
+import mujoco
+import numpy as np
+import torch
+
+from envs import t1_lowdim
+from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.registry import EnvOptionError
+from sim2real import t1
+
+TASKS = tuple(t1_lowdim.TERRAINS)
+INFO_KEYS = ("target_command", "gait_frequency", "clock", "active_frequency", "command", "gait_process",
+             "last_action", "feet_air_time", "step", "push_steps")
+"""The per-env task state, named as in the MJX env's `State.info`."""
+
+
+_GaitData = namedtuple("_GaitData", "qpos qvel qfrc_actuator sensordata")
+_GaitState = namedtuple("_GaitState", "data info")
+
+
+class _GaitView:
+    """What `envs.playground.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
+
+    def __init__(self, env: "T1NativeVecEnv") -> None:
+        self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
+
+    def gait_signals(self, data, info) -> dict:
+        import jax.numpy as jnp
+
+        return t1_lowdim.feet_gait_signals(jnp, data.sensordata, self._index)
+
+
+def available() -> bool:
+    """`mujoco.batch` (MuJoCo 4.0 and later) steps many MjData on C threads."""
+    return importlib.util.find_spec("mujoco.batch") is not None
+
+
+def default_threads(num_envs: int) -> int:
+    return max(1, min(num_envs, len(os.sched_getaffinity(0))))
+
+
+class T1NativeVecEnv:
+    """`num_envs` T1 low-dim joystick envs on native MuJoCo, behind the env contract.
+
+    Args:
+        task: "T1LowDimJoystickFlatTerrain" or "T1LowDimJoystickRoughTerrain".
+        num_envs: parallel envs.
+        seed: run seed (env draws come from `derive_env_seeds(seed, num_envs)`).
+        device: torch device the tensors are returned on (the physics runs on the CPU).
+        max_episode_steps: time limit in env steps (None: the config's `episode_length`).
+        reward_scales: reward term -> scale, over the defaults (`env.reward_scales.*`).
+        push: push perturbations on/off (None: the config's `push_config.enable`).
+        domain_randomization: per-env floor friction, link masses, gains and encoder offsets
+            (the switched-on kinds of `randomization.*`), drawn once per env for the run.
+        config_overrides: flat or nested overrides of the task's config (the MJX env's keys).
+        menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
+        num_threads: physics threads (None: the CPUs this process may use).
+        render_mode: "rgb_array" to allow `render()`.
+
+    Besides the contract's extras, `step` returns `extras["reward_terms"]`: the step's scaled
+    reward terms per env (NumPy, before x dt), as the MJX env's `reward/<term>` metrics.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        max_episode_steps: int | None = None,
+        reward_scales: dict[str, float] | None = None,
+        push: bool | None = None,
+        domain_randomization: bool = False,
+        config_overrides: dict[str, Any] | None = None,
+        menagerie_path: str | None = None,
+        num_threads: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        from envs import playground
+
+        if task not in TASKS:
+            raise EnvOptionError(f"backend=native runs {list(TASKS)}, not {task!r}")
+        if not available():
+            raise EnvOptionError(f"backend=native needs mujoco>=4.0 (mujoco.batch); this is {mujoco.__version__}")
+        from mujoco import batch as mj_batch
+
+        self.task = task
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.seed = int(seed)
+        self.render_mode = render_mode
+        playground.use_menagerie(task, menagerie_path)
+        self.config_overrides = playground.playground_overrides(task, "jax", reward_scales, push, config_overrides)
+        self.config = config = playground.task_config(task, self.config_overrides)
+        self.control = control = t1_lowdim.control_from(config)
+        self.commands = t1_lowdim.commands_from(config)
+        t1_lowdim.check_rates(config, control)
+        self.dt = control.ctrl_dt
+        self.model = t1_lowdim.build_mj_model(t1_lowdim.TERRAINS[task], control)
+        self.index = t1_lowdim.ModelIndex(self.model, config.reward_config.soft_joint_limit_factor)
+        self.num_threads = int(num_threads or default_threads(self.num_envs))
+        self.batch = mj_batch.Batch(self.model, self.num_envs, nthread=self.num_threads, persistent=True)
+        self._qpos, self._qvel, self._ctrl = (self.batch.bind(name) for name in ("qpos", "qvel", "ctrl"))
+        self._init_qpos = t1_lowdim.initial_qpos(self.model, control)
+        self._default_pose = np.asarray(control.default_pose)
+        self._leg_torque_limit = np.asarray(control.leg(control.torque_limit))
+        self._encoder_offsets = np.zeros((self.num_envs, t1.NUM_JOINTS))
+        if domain_randomization:
+            self._randomize(np.random.default_rng(derive_env_seeds(self.seed, self.num_envs) + [0xD0]))
+        self.max_episode_steps = int(max_episode_steps or config.episode_length)
+        self.num_obs = t1.OBSERVATION_SIZE
+        self.num_critic_obs = sum(size for _, size in t1_lowdim.PRIVILEGED_LAYOUT)
+        self.num_actions = t1.NUM_LEG_JOINTS
+        self.critic_obs_extends_actor_obs = float(config.noise_config.level) == 0.0
+        self.episode_metrics = sorted(f"reward/{term}" for term in config.reward_config.scales.keys())
+        self.resolved_options = {"backend": "native"}
+        """Choices this adapter made that a resumed run or a later evaluation must repeat."""
+        self._rng = np.random.default_rng(derive_env_seeds(self.seed, self.num_envs))
+        self.info: dict[str, np.ndarray] = {}
+        self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
+        self._obs: tuple[np.ndarray, np.ndarray] | None = None
+        self._last: _GaitState | None = None
+        self._gait_reader = None
+        self._renderer = None
+
+    # --------------------------------------------------------------- contract
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if seed is not None:
+            self._rng = np.random.default_rng(derive_env_seeds(int(seed), self.num_envs))
+        everyone = np.arange(self.num_envs)
+        self.info = {}
+        actor, critic = self._reset_envs(everyone)
+        self._obs = (actor, critic)
+        self._sums[:] = 0.0
+        obs = self._tensor(actor)
+        return obs, {OBSERVATIONS: {ACTOR: obs, CRITIC: self._tensor(critic)}}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        if self._obs is None:
+            raise RuntimeError("call reset() before step()")
+        action = actions.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).numpy().astype(np.float64)
+        info, cfg = self.info, self.config
+        self._push()
+        self._physics(t1.targets_from_actions(np, action, self.control, self._default_pose))
+
+        state = self.state()
+        contacts = t1_lowdim.contacts_from(np, state["sensordata"], self.index)
+        info["feet_air_time"] = info["feet_air_time"] + self.dt
+        gravity, _ = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
+        terminated = t1_lowdim.fallen(np, cfg.termination, gravity, state["qpos"], state["qvel"])
+        terms = t1_lowdim.reward_terms(
+            np, cfg.reward_config, **state, projected_gravity=gravity, contacts=contacts, action=action,
+            last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"],
+            done=terminated, index=self.index, default_pose=self._default_pose)
+        rewards, scaled = t1_lowdim.total_reward(np, terms, cfg.reward_config.scales, self.dt)
+
+        # the next observation's command and gait phase, in the deploy code's order
+        info["step"] = info["step"] + 1
+        resample = info["step"] % int(round(self.commands.resample_seconds / self.dt)) == 0
+        if resample.any():
+            info["target_command"] = np.where(resample[:, None], self._sample_commands(self.num_envs),
+                                              info["target_command"])
+        info["clock"] = info["clock"] + self.dt
+        self._update_command_and_gait(slice(None), info["command"])
+        info["last_action"] = action
+        info["feet_air_time"] = info["feet_air_time"] * ~contacts
+        final_actor, final_critic = self._observe(slice(None), state, contacts)
+        self._last = _GaitState(_GaitData(state["qpos"].copy(), state["qvel"].copy(),
+                                          self.batch.bind("qfrc_actuator").copy(), state["sensordata"].copy()),
+                                {"command": info["command"].copy()})
+
+        time_outs = (info["step"] >= self.max_episode_steps) & ~terminated
+        dones = terminated | time_outs
+        self._sums += np.stack([scaled[name.removeprefix("reward/")] for name in self.episode_metrics])
+        sums = torch.from_numpy(self._sums.astype(np.float32)).to(self.device)
+        actor, critic = final_actor, final_critic
+        finished = np.flatnonzero(dones)
+        if finished.size:  # same-step reset: the finished envs' observations become their reset ones
+            actor, critic = final_actor.copy(), final_critic.copy()
+            actor[finished], critic[finished] = self._reset_envs(finished)
+            self._sums[:, finished] = 0.0
+        self._obs = (actor, critic)
+        obs = self._tensor(actor)
+        extras: dict[str, Any] = {
+            OBSERVATIONS: {ACTOR: obs, CRITIC: self._tensor(critic)},
+            FINAL_OBSERVATIONS: {ACTOR: self._tensor(final_actor), CRITIC: self._tensor(final_critic)},
+            TIME_OUTS: torch.from_numpy(time_outs).to(self.device),
+            EPISODE: dict(zip(self.episode_metrics, sums.unbind(0))),
+            "reward_terms": scaled,
+        }
+        return (obs, torch.from_numpy(rewards.astype(np.float32)).to(self.device),
+                torch.from_numpy(dones).to(self.device), extras)
+
+    def gait_signals(self) -> dict[str, Any]:
+        """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`), as the MJX
+        backend gives them (the same `GaitSignals` reader); rows of envs that finished describe
+        their last state before the reset."""
+        if self._last is None:
+            return {}
+        if self._gait_reader is None:
+            import jax
+
+            from envs.playground import GaitSignals
+
+            reader = GaitSignals(_GaitView(self))
+            self._gait_reader = (jax.jit(jax.vmap(reader.per_step)), reader.static(1))
+        per_step, static = self._gait_reader
+        signals = per_step(self._last)
+        return {**{key: torch.from_numpy(np.array(value)).to(self.device) for key, value in signals.items()},
+                **static}
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self._obs = None
+
+    # --------------------------------------------------------------- state
+    def state(self, ids=slice(None)) -> dict[str, np.ndarray]:
+        """The MuJoCo state the task reads, `[envs, ...]`: derived fields (sensors, sites,
+        actuator forces) are those of the last physics call, as after `mj_step`."""
+        batch, legs = self.batch, self.index.legs
+        return {
+            "qpos": self._qpos[ids], "qvel": self._qvel[ids],
+            "sensordata": batch.bind("sensordata")[ids],
+            "site_xpos": batch.bind("site_xpos")[ids],
+            "site_xmat": batch.bind("site_xmat")[ids].reshape(-1, self.model.nsite, 3, 3),
+            "leg_torques": batch.bind("qfrc_actuator")[ids][:, 6:][:, legs],
+        }
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, info: dict[str, np.ndarray]) -> tuple:
+        """Put every env in a given physics and task state (e.g. another backend's); returns the
+        (actor, critic) observations of that state, noise drawn as at a reset."""
+        self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self._qpos[:], self._qvel[:], self._ctrl[:] = qpos, qvel, ctrl
+        self.batch.forward()
+        self.info = {key: np.array(info[key]) for key in INFO_KEYS}
+        state = self.state()
+        self._obs = self._observe(slice(None), state, t1_lowdim.contacts_from(np, state["sensordata"], self.index))
+        self._sums[:] = 0.0
+        return self._obs
+
+    def encoder_offsets(self) -> np.ndarray:
+        """Each env's joint-encoder offsets δ (zero unless randomised): its PD loop and its
+        observation see q + δ."""
+        return self._encoder_offsets
+
+    # --------------------------------------------------------------- task logic
+    def _sample_commands(self, n: int) -> np.ndarray:
+        c, rng = self.commands, self._rng
+        command = np.stack([rng.uniform(*c.lin_vel_x, n), rng.uniform(*c.lin_vel_y, n),
+                            rng.uniform(*c.ang_vel_yaw, n)], axis=-1)
+        return np.where((rng.random(n) < c.standing_probability)[:, None], 0.0, command)
+
+    def _reset_envs(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start the envs `ids` afresh (as `T1LowDimJoystick.reset`); returns their observations."""
+        n, rng, cfg = len(ids), self._rng, self.config
+        qpos = np.repeat(self._init_qpos[None], n, axis=0)
+        qpos[:, 0:2] += rng.uniform(-0.5, 0.5, (n, 2))
+        yaw = rng.uniform(-np.pi, np.pi, n)
+        qpos[:, 3:7] = np.stack([np.cos(yaw / 2), np.zeros(n), np.zeros(n), np.sin(yaw / 2)], axis=-1)
+        qpos[:, 7:] += rng.uniform(-0.05, 0.05, (n, t1.NUM_JOINTS))
+        qvel = np.zeros((n, self.model.nv))
+        qvel[:, 0:6] = rng.uniform(-0.3, 0.3, (n, 6))
+        # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self._qpos[ids], self._qvel[ids], self._ctrl[ids] = qpos, qvel, self._default_pose
+        self.batch.forward(ids)
+        push_interval = rng.uniform(*cfg.push_config.interval_range, n)
+        gait_frequency = rng.uniform(*self.commands.gait_frequency, (n, 1))
+        fresh = {
+            "step": np.zeros(n, np.int64),
+            "target_command": self._sample_commands(n),
+            "gait_frequency": gait_frequency,
+            # the robot's clock: any phase at the start; the deploy code starts with the gait active
+            "clock": rng.uniform(0.0, 10.0, (n, 1)),
+            "active_frequency": gait_frequency,
+            "last_action": np.zeros((n, t1.NUM_LEG_JOINTS)),
+            "feet_air_time": np.zeros((n, 2)),
+            "push_steps": np.round(push_interval / self.dt).astype(np.int64),
+            "command": np.zeros((n, 3)),
+            "gait_process": np.zeros((n, 1)),
+        }
+        if not self.info:
+            self.info = fresh
+        else:
+            for key, value in fresh.items():
+                self.info[key][ids] = value
+        self._update_command_and_gait(ids, np.zeros((n, 3)))
+        state = self.state(ids)
+        return self._observe(ids, state, t1_lowdim.contacts_from(np, state["sensordata"], self.index))
+
+    def _update_command_and_gait(self, ids, smoothed: np.ndarray) -> None:
+        info = self.info
+        info["gait_process"][ids], info["command"][ids], info["active_frequency"][ids] = t1.update_command_and_gait(
+            np, clock=info["clock"][ids], active_frequency=info["active_frequency"][ids], smoothed=smoothed,
+            joystick=info["target_command"][ids], gait_frequency=info["gait_frequency"][ids], ctrl_dt=self.dt)
+
+    def _push(self) -> None:
+        push, info = self.config.push_config, self.info
+        angle = self._rng.uniform(0.0, 2 * np.pi, self.num_envs)
+        size = self._rng.uniform(*push.magnitude_range, self.num_envs)
+        if not push.enable:
+            return
+        now = (info["step"] + 1) % info["push_steps"] == 0
+        if now.any():
+            kick = np.stack([np.cos(angle), np.sin(angle)], axis=-1) * size[:, None]
+            self._qvel[now, :2] += kick[now]
+
+    def _physics(self, targets: np.ndarray) -> None:
+        """`decimation` physics steps of every env on the batch's threads; the PD targets pass
+        the deploy code's filter at each."""
+        alpha, ctrl = self.control.target_filter, self._ctrl
+        for _ in range(self.control.decimation):
+            ctrl += alpha * (targets - ctrl)
+            self.batch.step()
+
+    def _observe(self, ids, state: dict[str, np.ndarray], contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        info = {key: value[ids] for key, value in self.info.items()}
+        gravity, gyro = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
+        joint_pos, joint_vel = state["qpos"][:, 7:] + self._encoder_offsets[ids], state["qvel"][:, 6:]
+        common = dict(command=info["command"], gait_process=info["gait_process"], last_action=info["last_action"],
+                      default_pose=self._default_pose)
+        noise = self.config.noise_config
+        level, scales, n = float(noise.level), noise.scales, len(gravity)
+
+        def noisy(value, scale):
+            return value + (2 * self._rng.random(value.shape) - 1) * level * scale
+
+        actor = t1.actor_observation(
+            np, projected_gravity=noisy(gravity, scales.gravity), gyro=noisy(gyro, scales.gyro),
+            joint_pos=noisy(joint_pos, scales.joint_pos), joint_vel=noisy(joint_vel, scales.joint_vel), **common)
+        clean = t1.actor_observation(np, projected_gravity=gravity, gyro=gyro, joint_pos=joint_pos,
+                                     joint_vel=joint_vel, **common)
+        critic = t1_lowdim.privileged_observation(
+            np, clean, qpos=state["qpos"], sensordata=state["sensordata"], site_xpos=state["site_xpos"],
+            leg_torques=state["leg_torques"], contacts=contacts, feet_air_time=info["feet_air_time"],
+            target_command=info["target_command"], gait_frequency=info["gait_frequency"], index=self.index,
+            torque_limit=self._leg_torque_limit)
+        assert critic.shape == (n, self.num_critic_obs)
+        return actor.astype(np.float32), critic.astype(np.float32)
+
+    # --------------------------------------------------------------- domain randomisation
+    def _randomize(self, rng: np.random.Generator) -> None:
+        """The switched-on kinds of `randomization.*`, as `T1LowDimJoystick.domain_randomize`."""
+        cfg, n, batch = self.config.randomization, self.num_envs, self.batch
+        kp, kd = np.asarray(self.control.stiffness), np.asarray(self.control.damping)
+        if cfg.floor_friction:
+            batch.expand("geom_friction")[:, self.index.floor_geom, 0] = rng.uniform(*cfg.floor_friction_range, n)
+        if cfg.link_masses:
+            mass = batch.expand("body_mass")
+            mass *= rng.uniform(*cfg.link_mass_scale, mass.shape)
+        if cfg.gains or cfg.joint_offsets:
+            gain, bias = batch.expand("actuator_gainprm"), batch.expand("actuator_biasprm")
+            if cfg.gains:
+                scale = rng.uniform(*cfg.gain_scale, (2, n, t1.NUM_JOINTS))
+                gain[:, :, 0] = kp * scale[0]
+                bias[:, :, 1], bias[:, :, 2] = -kp * scale[0], -kd * scale[1]
+            if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
+                legs = self.index.legs
+                offset = rng.uniform(*cfg.joint_offset_range, (n, t1.NUM_LEG_JOINTS))
+                bias[:, legs, 0] = bias[:, legs, 1] * offset  # -kp·δ
+                self._encoder_offsets[:, legs] = offset
+
+    # --------------------------------------------------------------- extras
+    def render(self, env_index: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
+        """An RGB frame of one env's current state (MUJOCO_GL=egl headless)."""
+        if self.render_mode != "rgb_array":
+            raise RuntimeError("make the env with render_mode='rgb_array' to render it")
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+            self._render_data = mujoco.MjData(self.model)
+        data = self._render_data
+        data.qpos[:], data.qvel[:] = self._qpos[env_index], self._qvel[env_index]
+        mujoco.mj_forward(self.model, data)
+        self._renderer.update_scene(data)
+        return self._renderer.render().copy()
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
+
+    def __repr__(self) -> str:
+        return (f"T1NativeVecEnv({self.task!r}, num_envs={self.num_envs}, backend=native MuJoCo, "
+                f"threads={self.num_threads})")

@@ -136,7 +136,7 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     from fast_td3.config import AlgoConfig
     from fast_td3.replay import ReplayBuffer
 
-    cfg = AlgoConfig(precision="bf16", compile=False, batch_size=2048, actor_hidden_dims=[256, 128],
+    cfg = AlgoConfig(precision="auto", compile=False, batch_size=2048, actor_hidden_dims=[256, 128],
                      critic_hidden_dims=[256, 256])
     pool = envpool.make_gymnasium(envpool_id(task), num_envs=num_envs, batch_size=num_envs,
                                   env_seed=env_seeds(0, num_envs), num_threads=default_threads(num_envs),

@@ -28,7 +28,7 @@ from envs.registry import (
 )
 from fast_td3 import distributed
 from fast_td3.checkpoint import atomic_write_bytes, find_checkpoint, run_dir_of
-from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
+from fast_td3.config import ConfigError, TrainConfig, describe_fields, migrate_algo_config, register_configs
 from fast_td3.device import resolve_device
 from fast_td3.evaluation import eval_seed
 from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, Runner, TrainingStopped
@@ -71,7 +71,10 @@ def _resumed_config(cfg: DictConfig) -> DictConfig:
     saved_path = run_dir / RESOLVED_CONFIG
     if not saved_path.is_file():
         raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
-    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
+    recorded = OmegaConf.load(saved_path)
+    if "algo" in recorded:  # runs from before the per-algorithm sections: FastTD3's keys move into algo.fast_td3
+        recorded.algo = migrate_algo_config(OmegaConf.to_container(recorded.algo))
+    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), recorded)
     overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
     fixed = ("task", "suite", "preset", "algo", "logger", "reward", "seed")
     refused = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in fixed]

@@ -171,7 +171,7 @@ def test_bandit_policy_mean_finds_the_optimal_action():
     buffer = ReplayBuffer(NUM_ENVS, cfg.buffer_size, NUM_OBS, NUM_ACTIONS)
     obs = torch.rand(NUM_ENVS, NUM_OBS) * 2 - 1
     done = torch.ones(NUM_ENVS, dtype=torch.bool)
-    for step in range(500):
+    for step in range(250):  # the error is about 0.03 by then (0.4 after 50 steps)
         actions = agent.explore(obs)
         rewards = 1.0 - ((actions - obs @ W.T) ** 2).sum(-1)
         agent.update_normalizers(obs)

@@ -183,11 +183,6 @@ class AlgoConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    @property
-    def settings(self) -> Any:
-        """The section of the chosen algorithm (`self.<name>`)."""
-        return getattr(self, self.name)
-
     def validate(self) -> None:
         """Fail early, naming the field, rather than deep inside an update."""
         problems = []

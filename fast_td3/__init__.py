@@ -1,4 +1,4 @@
-"""fast-td3: the FastTD3 learner, independent of any simulator.
+"""fast-td3: the FastTD3 and FastSAC learners, independent of any simulator.
 
 The public classes load on first use, so `import fast_td3.config` (the command-line
 checks) does not import torch.
@@ -8,7 +8,9 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 _EXPORTS = {
-    "FastTD3": "fast_td3.agent",
+    "FastTD3": "fast_td3.algorithms.fast_td3",
+    "FastSAC": "fast_td3.algorithms.fast_sac",
+    "make_algorithm": "fast_td3.algorithms",
     "AlgoConfig": "fast_td3.config",
     "PerEnvGaussianNoise": "fast_td3.exploration",
     "Actor": "fast_td3.networks",

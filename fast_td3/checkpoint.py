@@ -25,8 +25,9 @@ from typing import Any
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 UNREADABLE_DIR = "unreadable"
-FORMAT = 1
-"""The checkpoint layout this version writes; files of a higher format are refused."""
+FORMAT = 2
+"""The checkpoint layout this version writes (2: the algorithm's own state inside `agent`;
+`run_state.upgrade` reads format 1); files of a higher format are refused."""
 REQUIRED_KEYS = ("global_step", "agent", "env", "config")  # "format" too, except in early checkpoints
 FIXED_KEYS = ("env.suite", "env.task", "seed")
 """Config keys a checkpoint must share with the run that loads it (a resume cannot change them)."""

@@ -86,6 +86,17 @@ def hydra_overrides(args: list[str]) -> list[str]:
     return extra
 
 
+def batch_per_rank(batch_size: int, mode: str, num_envs: int, ctx: Context) -> int:
+    """algo.batch_size, or this rank's share of it under distributed.batch=split."""
+    ranks = ctx.world_size
+    if mode == "per_rank" or ranks == 1:
+        return batch_size
+    if batch_size % ranks or batch_size // ranks < num_envs:
+        raise ValueError(f"distributed.batch=split: algo.batch_size ({batch_size}) must split evenly over {ranks} "
+                         f"ranks into shares of at least env.num_envs ({num_envs})")
+    return batch_size // ranks
+
+
 def rank_device(device: torch.device, ctx: Context) -> torch.device:
     """cuda -> this rank's GPU (torchrun's LOCAL_RANK); other devices unchanged."""
     if device.type == "cuda" and ctx.enabled:

@@ -23,17 +23,18 @@ from omegaconf import OmegaConf
 
 from envs.registry import UnknownTaskError, make_env
 from fast_td3 import checkpoint as ckpt
-from fast_td3.agent import FastTD3
+from fast_td3.algorithms import OffPolicyAlgorithm, make_algorithm
 from fast_td3.config import TrainConfig
 from fast_td3.device import resolve_device
 from fast_td3.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
 from fast_td3.logging import json_safe
+from fast_td3.run_state import upgrade
 
 
-def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> FastTD3:
-    """A FastTD3 holding the checkpoint's networks and normalisers (eager: nothing to compile)."""
+def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> OffPolicyAlgorithm:
+    """The run's algorithm holding the checkpoint's networks and normalisers (eager: nothing to compile)."""
     env = checkpoint["env"]
-    agent = FastTD3(
+    agent = make_algorithm(
         replace(cfg.algo, compile=False), env["num_obs"], env["num_actions"], env["num_critic_obs"],
         env["num_envs"], device,
     )
@@ -44,7 +45,7 @@ def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> Fas
 def load_checkpoint(path: str | Path) -> tuple[Path, dict, TrainConfig]:
     """(checkpoint file, its contents, the run's config) of a run folder or checkpoint file."""
     checkpoint_path = ckpt.find_checkpoint(path)
-    checkpoint = ckpt.load(checkpoint_path)
+    checkpoint = upgrade(ckpt.load(checkpoint_path))
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"]))
     return checkpoint_path, checkpoint, cfg
 

@@ -15,8 +15,11 @@ import os
 import secrets
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from fast_td3.config import LoggerConfig
 
@@ -215,3 +218,32 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
         self._jsonl.close()
+
+
+def to_host(scalars: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Device scalars to floats with one transfer (one sync per log, not one per metric)."""
+    if not scalars:
+        return {}
+    values = torch.stack([v.detach().float().reshape(()) for v in scalars.values()]).tolist()
+    return dict(zip(scalars, values))
+
+
+class IntervalClock:
+    """Wall time and global steps between logs, with evaluation and saving paused out."""
+
+    def __init__(self, step: int) -> None:
+        self._t0, self._step0, self._paused = time.perf_counter(), step, 0.0
+
+    def lap(self, step: int) -> tuple[float, int]:
+        now = time.perf_counter()
+        seconds, steps = now - self._t0 - self._paused, step - self._step0
+        self._t0, self._step0, self._paused = now, step, 0.0
+        return seconds, steps
+
+    @contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - start

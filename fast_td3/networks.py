@@ -1,4 +1,4 @@
-"""Actor, twin distributional critic and the C51 projection.
+"""Actors (deterministic and tanh-Gaussian), twin distributional critic and the C51 projection.
 
 The twin critic keeps both heads' weights stacked in one tensor per layer, so
 both heads run as one batched matmul (one kernel per layer instead of two) and
@@ -14,8 +14,24 @@ import torch
 from torch import nn
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU}
+
+
+def mlp_trunk(num_in: int, hidden_dims: Sequence[int], activation: str = "relu", layer_norm: bool = False) -> list[nn.Module]:
+    """Hidden layers `Linear [-> LayerNorm] -> activation`, as a list of modules."""
+    layers: list[nn.Module] = []
+    width = num_in
+    for hidden in hidden_dims:
+        layers.append(nn.Linear(width, hidden))
+        if layer_norm:
+            layers.append(nn.LayerNorm(hidden))
+        layers.append(ACTIVATIONS[activation]())
+        width = hidden
+    return layers
+
+
 class Actor(nn.Module):
-    """Deterministic policy: MLP with ReLU hidden layers and a tanh output in [-1, 1]."""
+    """Deterministic policy: MLP with a tanh output in [-1, 1] (FastTD3)."""
 
     def __init__(
         self,
@@ -23,14 +39,12 @@ class Actor(nn.Module):
         num_actions: int,
         hidden_dims: Sequence[int] = (512, 256, 128),
         last_layer_std: float = 0.01,
+        activation: str = "relu",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        width = num_obs
-        for hidden in hidden_dims:
-            layers += [nn.Linear(width, hidden), nn.ReLU()]
-            width = hidden
-        last = nn.Linear(width, num_actions)
+        layers = mlp_trunk(num_obs, hidden_dims, activation, layer_norm)
+        last = nn.Linear(hidden_dims[-1] if hidden_dims else num_obs, num_actions)
         # Small last layer: the first actions are near zero, so early exploration
         # is driven by the noise and not by a random, saturated tanh.
         nn.init.normal_(last.weight, mean=0.0, std=last_layer_std)
@@ -42,6 +56,71 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
+
+
+class GaussianActor(nn.Module):
+    """Tanh-Gaussian policy (FastSAC): a trunk, then a mean head and a log-std head, both
+    initialised to zero (the first policy is tanh(N(0, std0)) for every observation).
+
+    The log-std head's output is squashed by tanh into [log_std_min, log_std_max].
+    `forward` is the deterministic action tanh(mean), what evaluation and export run;
+    `sample` draws a reparameterised action with its log-probability.
+    """
+
+    def __init__(
+        self,
+        num_obs: int,
+        num_actions: int,
+        hidden_dims: Sequence[int] = (512, 256, 128),
+        log_std_min: float = -5.0,
+        log_std_max: float = 0.0,
+        activation: str = "silu",
+        layer_norm: bool = True,
+    ) -> None:
+        super().__init__()
+        self.net = nn.Sequential(*mlp_trunk(num_obs, hidden_dims, activation, layer_norm))
+        width = hidden_dims[-1] if hidden_dims else num_obs
+        self.mean = nn.Linear(width, num_actions)
+        self.log_std = nn.Linear(width, num_actions)
+        for head in (self.mean, self.log_std):
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
+        self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
+        self.num_obs = num_obs
+        self.num_actions = num_actions
+
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std) of the Gaussian before the tanh."""
+        x = self.net(obs)
+        squashed = torch.tanh(self.log_std(x))
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (squashed + 1.0)
+        return self.mean(x), log_std
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.mean(self.net(obs)))
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action in (-1, 1) and its log-probability `[batch]`."""
+        mean, log_std = self.distribution(obs)
+        mean, log_std = mean.float(), log_std.float()  # the log-probability in float32, also under bf16
+        return tanh_gaussian_sample(mean, log_std, torch.randn_like(mean))
+
+
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def tanh_gaussian_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`a = tanh(mean + std * noise)` and `log pi(a)`, summed over action dimensions.
+
+    The tanh Jacobian uses `log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))`, exact and
+    finite where the action saturates (no epsilon).
+    """
+    pre_tanh = mean + log_std.exp() * noise
+    gaussian = -0.5 * noise.pow(2) - log_std - LOG_SQRT_2PI
+    jacobian = 2.0 * (math.log(2.0) - pre_tanh - nn.functional.softplus(-2.0 * pre_tanh))
+    return torch.tanh(pre_tanh), (gaussian - jacobian).sum(-1)
 
 
 class StackedLinear(nn.Module):
@@ -90,6 +169,23 @@ class _ReluSignGrad(torch.autograd.Function):
         return grad * out.sign()
 
 
+class StackedLayerNorm(nn.Module):
+    """LayerNorm over the last dimension with per-head affine parameters `[heads, 1, width]`."""
+
+    def __init__(self, num_heads: int, width: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_heads, 1, width))
+        self.bias = nn.Parameter(torch.zeros(num_heads, 1, width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if detach_params:
+            weight, bias = weight.detach(), bias.detach()
+        x = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
+        return torch.addcmul(bias, x, weight)
+
+
 class DistributionalCritic(nn.Module):
     """Twin C51 critic: each head maps (critic observation, action) to atom logits.
 
@@ -107,12 +203,16 @@ class DistributionalCritic(nn.Module):
         v_min: float = -250.0,
         v_max: float = 250.0,
         num_heads: int = 2,
+        activation: str = "relu",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         widths = [num_obs + num_actions, *hidden_dims, num_atoms]
         self.layers = nn.ModuleList(
             StackedLinear(num_heads, w_in, w_out) for w_in, w_out in zip(widths[:-1], widths[1:])
         )
+        self.norms = nn.ModuleList(StackedLayerNorm(num_heads, w) for w in hidden_dims) if layer_norm else None
+        self.activation = activation
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
         self.num_heads = num_heads
         self.num_atoms = num_atoms
@@ -124,12 +224,17 @@ class DistributionalCritic(nn.Module):
     ) -> torch.Tensor:
         """Atom logits of every head. `detach_params` keeps the critic out of the
         actor's backward pass without toggling `requires_grad` (no recompiles)."""
-        activation = _ReluSignGrad.apply if detach_params else torch.relu
+        if self.activation == "silu":
+            activation = nn.functional.silu
+        else:
+            activation = _ReluSignGrad.apply if detach_params else torch.relu
         x = torch.cat([obs, actions], dim=-1)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x, detach_params=detach_params)
             if i < last:
+                if self.norms is not None:
+                    x = self.norms[i](x, detach_params=detach_params)
                 x = activation(x)
         return x
 

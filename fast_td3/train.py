@@ -37,7 +37,7 @@ from fast_td3.checkpoint import (
     CheckpointError, CheckpointManager, CheckpointWriteError, atomic_write_bytes, check_matches, has_checkpoints,
     pick_for_resume, run_dir_of,
 )
-from fast_td3.config import ConfigError, TrainConfig, describe_fields, register_configs
+from fast_td3.config import ConfigError, TrainConfig, describe_fields, migrate_algo_config, register_configs
 from fast_td3.device import DeviceError
 from fast_td3.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
@@ -105,7 +105,10 @@ def _resumed_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     saved_path = run_dir / RESOLVED_CONFIG
     if not saved_path.is_file():
         raise FileNotFoundError(f"cannot resume: {saved_path} is missing (is {run_dir} a fast-td3 run folder?)")
-    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved_path))
+    recorded = OmegaConf.load(saved_path)
+    if "algo" in recorded:  # runs from before the per-algorithm sections: FastTD3's keys move into algo.fast_td3
+        recorded.algo = migrate_algo_config(OmegaConf.to_container(recorded.algo))
+    saved = OmegaConf.merge(OmegaConf.structured(TrainConfig), recorded)
     overrides = [o for o in overrides if _override_key(o) != "resume" and not _override_key(o).startswith("hydra")]
     fixed = ("task", *GROUPS, "seed")
     refused = [o for o in overrides if _override_key(o) in fixed]
@@ -399,7 +402,7 @@ def missing_suite(args: list[str], suites: dict[str, str]) -> str | None:
     return None
 
 
-HELP = """fast-td3-train: train FastTD3 on one task (Hydra; overrides are key=value).
+HELP = """fast-td3-train: train FastTD3 or FastSAC (algo=fast_sac) on one task (Hydra; overrides are key=value).
 
   fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
   fast-td3-train -m task=Hopper-v5,Walker2d-v5 seed=1,2      sweep (one run after another)

@@ -145,7 +145,8 @@ class Reference:
         projected, per sample the head with the smaller value, cross-entropy summed over heads."""
         cfg, nxt = self.cfg, data["next"]
         bootstrap = (nxt["truncations"].bool() | ~nxt["dones"].bool()).float()
-        noise = (torch.randn_like(data["actions"]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
+        own = cfg.fast_td3
+        noise = (torch.randn_like(data["actions"]) * own.policy_noise).clamp(-own.noise_clip, own.noise_clip)
         next_actions = (self.actor(nxt["observations"]) + noise).clamp(-1.0, 1.0)
         with torch.no_grad():
             proj1, proj2 = self.target.projection(nxt["critic_observations"], next_actions, nxt["rewards"],
@@ -281,7 +282,8 @@ def one_update_each(net, utils, sample: TensorDict, device: torch.device) -> dic
     no normalisation, the same AdamW settings): critic step, actor step, Polyak. Returns
     both sides' losses and the largest parameter difference afterwards."""
     size = Size("check", 8, sample.shape[0], 64, 128, compile=False)
-    cfg = replace(algo_config(size, precision="fp32", compile=False), policy_noise=0.2, policy_frequency=1,
+    base = algo_config(size, precision="fp32", compile=False)
+    cfg = replace(base, fast_td3=replace(base.fast_td3, policy_noise=0.2), policy_frequency=1,
                   obs_normalization=False, adam_betas=[0.9, 0.999])  # the reference's AdamW betas
     reference, ours = Reference(net, utils, size, cfg, device), Ours(size, cfg, device)
     copy_weights(reference, ours)

@@ -38,13 +38,14 @@ NORMALIZATION_FORMULA = "(obs - mean) / (std + eps)"
 
 
 class DeployPolicy(nn.Module):
-    """Raw observations to actions, as `FastTD3.act` computes them (in float32).
+    """Raw observations to actions, as the algorithm's `act` computes them (in float32).
 
     The normaliser's statistics are constant buffers: `(obs - mean) / (std + eps)`, the same
     arithmetic as `EmpiricalNormalization.forward` (no clipping: the trainer clips nothing).
     A run without observation normalisation exports mean 0, std 1, eps 0. The actor is a copy
-    of the checkpoint's deterministic actor; its tanh already bounds the actions, the final
-    clamp states the contract for consumers.
+    of the checkpoint's actor, whose `forward` is its deterministic action (FastTD3: the tanh
+    policy; FastSAC: tanh of the Gaussian's mean); its tanh already bounds the actions, the
+    final clamp states the contract for consumers.
     """
 
     def __init__(self, actor: nn.Module, mean: torch.Tensor, std: torch.Tensor, eps: float) -> None:
@@ -140,6 +141,7 @@ def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_
         "policy": {
             "input": "obs",
             "output": "actions",
+            "algorithm": cfg.algo.name,
             "actor_hidden_dims": list(cfg.algo.actor_hidden_dims),
             "trained_precision": cfg.resolved.get("precision", cfg.algo.precision),
             "exported_precision": "fp32",

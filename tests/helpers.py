@@ -3,7 +3,7 @@
 import torch
 from tensordict import TensorDict
 
-from fast_td3.config import AlgoConfig
+from fast_td3.config import FAST_TD3_KEYS, AlgoConfig, FastSACConfig, FastTD3Config
 from fast_td3.replay import ReplayBuffer
 
 
@@ -19,8 +19,19 @@ def tiny_config(**overrides) -> AlgoConfig:
         precision="fp32",
         compile=False,
     )
+    td3 = {k: overrides.pop(k) for k in FAST_TD3_KEYS if k in overrides}  # FastTD3's own keys, flat here
     values.update(overrides)
+    values["fast_td3"] = FastTD3Config(**td3)
+    if isinstance(values.get("fast_sac"), dict):
+        values["fast_sac"] = FastSACConfig(**values["fast_sac"])
     return AlgoConfig(**values)
+
+
+def tiny_sac_config(**overrides) -> AlgoConfig:
+    """FastSAC with its network options (SiLU, LayerNorm) at the tiny sizes of `tiny_config`."""
+    values = dict(name="fast_sac", activation="silu", layer_norm=True, use_cdq=False, tau=0.125, weight_decay=0.001)
+    values.update(overrides)
+    return tiny_config(**values)
 
 
 def random_batch(num_obs, num_actions, batch_size, num_critic_obs=None, seed=0) -> TensorDict:
@@ -90,3 +101,17 @@ def make_runner(cfg, run_dir, eval_env=True):
         options = cfg.env.adapter_options(evaluation=True)
         evaluation = GymnasiumVecEnv(cfg.env.task, cfg.eval_episodes, seed=eval_seed(cfg.seed), **options)
     return Runner(cfg, env, evaluation, run_dir)
+
+
+def assert_updates_continue_identically(agent, resumed, batches, metrics=("critic_loss",)) -> None:
+    """Both learners take the same updates (same seeds) with bit-identical metrics and end with
+    bit-identical modules: what a checkpoint round trip must give."""
+    for b in batches:
+        torch.manual_seed(7)
+        m1 = agent.update(b)
+        torch.manual_seed(7)
+        m2 = resumed.update(b)
+        for key in metrics:
+            torch.testing.assert_close(m1[key], m2[key], rtol=0, atol=0, msg=key)
+    for (name, a), b in zip(agent.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)

@@ -121,11 +121,11 @@ def test_split_batch_gives_each_rank_its_share():
     cfg.distributed.batch = "split"
     runner = make_runner(cfg, "/tmp/unused-run", eval_env=False)
     assert runner.batch_size == 64  # one process: the whole batch
-    runner.ranks = distributed.Context(0, 4, 0)
-    assert runner._batch_per_rank() == 16
-    runner.ranks = distributed.Context(0, 32, 0)
+    runner.env.close()
+    assert distributed.batch_per_rank(64, "split", 4, distributed.Context(0, 4, 0)) == 16
+    assert distributed.batch_per_rank(64, "per_rank", 4, distributed.Context(0, 4, 0)) == 64
     with pytest.raises(ValueError, match="at least env.num_envs"):
-        runner._batch_per_rank()
+        distributed.batch_per_rank(64, "split", 4, distributed.Context(0, 32, 0))
 
 
 # ---------------------------------------------------------------- the CLI under torchrun

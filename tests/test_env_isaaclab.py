@@ -346,7 +346,7 @@ def test_suite_presets_compose_with_the_reference_overrides():
         g1 = compose("train", ["task=Mjlab-Velocity-Flat-Unitree-G1"])
     assert lift.env.suite == "isaaclab" and lift.env.num_envs == 1024
     assert lift.algo.disable_bootstrap and lift.env.options.action_bounds == 3.0 and lift.algo.num_updates == 8
-    assert lift.algo.std_max == 0.8 and lift.total_steps == 20000
+    assert lift.algo.fast_td3.std_max == 0.8 and lift.total_steps == 20000
     assert rough.algo.n_step == 8 and rough.algo.buffer_size == 5120 and rough.algo.num_atoms == 251
     assert rough.env.options.actor_group == "policy" and rough.env.eval_options.random_initial_progress is False
     assert g1.env.suite == "mjlab" and g1.env.options.actor_group == "actor"

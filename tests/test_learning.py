@@ -25,7 +25,7 @@ def bandit_reward(obs, actions):
 
 
 def train(agent, cfg, buffer, env_step, global_steps):
-    noise = PerEnvGaussianNoise(NUM_ENVS, cfg.std_min, cfg.std_max)
+    noise = PerEnvGaussianNoise(NUM_ENVS, cfg.fast_td3.std_min, cfg.fast_td3.std_max)
     obs = torch.rand(NUM_ENVS, NUM_OBS) * 2 - 1
     for step in range(global_steps):
         actions = noise(agent.act(obs))

@@ -141,7 +141,7 @@ def composed(*overrides: str):
 
 def test_presets_follow_the_reference_where_they_drifted():
     leap = composed("task=LeapCubeRotateZAxis")
-    assert (leap.algo.gamma, leap.algo.policy_noise, leap.algo.use_cdq) == (0.99, 0.2, False)
+    assert (leap.algo.gamma, leap.algo.fast_td3.policy_noise, leap.algo.use_cdq) == (0.99, 0.2, False)
     for task in ("T1JoystickFlatTerrain", "T1JoystickRoughTerrain", "G1JoystickFlatTerrain", "G1JoystickRoughTerrain"):
         cfg = composed(f"task={task}")
         assert cfg.env.options.push is False, task  # the reference trains these without pushes

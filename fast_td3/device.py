@@ -44,6 +44,6 @@ def resolve_device(spec: torch.device | str | None = "auto") -> torch.device:
             raise DeviceError(f"device={spec!r}: there is no GPU {device.index} ({here})")
     elif device.type == "mps" and "mps" not in available_devices():
         raise DeviceError(f"device={spec!r}: MPS is not available ({here})")
-    elif device.type not in ("cpu", "cuda", "mps"):
+    elif device.type not in ("cpu", "cuda", "mps", "meta"):  # meta: sizes without memory (replay estimates)
         raise DeviceError(f"device={spec!r}: fast-td3 runs on cpu, cuda or mps ({here})")
     return device

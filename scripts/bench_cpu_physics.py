@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fast_td3.precision import cpu_model  # noqa: E402
 
 
 def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict[str, float]:
@@ -256,13 +258,6 @@ def main() -> None:
         native_vs_mjx(args, results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def humanoids(args, results) -> None:

@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fast_td3.precision import cpu_model  # noqa: E402
+
 BIN = Path(sys.executable).parent
 ALGORITHMS = ("fast_td3", "fast_sac")
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -96,13 +99,6 @@ def table(results: dict, budget: float) -> str:
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["Hopper-v5", "Walker2d-v5"])
@@ -118,8 +114,8 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             results.setdefault(task, {})[seed] = run_pair(task, seed, args.budget, args.out, args.overrides, args.episodes)
             if args.json:
-                args.json.write_text(json.dumps({"cpu": cpu_name(), "budget_s": args.budget, "results": results}, indent=2))
-    print(f"CPU: {cpu_name()}; {args.budget:.0f} s per run, both algorithms at once with one torch thread each")
+                args.json.write_text(json.dumps({"cpu": cpu_model(), "budget_s": args.budget, "results": results}, indent=2))
+    print(f"CPU: {cpu_model()}; {args.budget:.0f} s per run, both algorithms at once with one torch thread each")
     print(table(results, args.budget))
 
 

@@ -35,7 +35,6 @@ import contextlib
 import importlib.util
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +48,7 @@ from tensordict import TensorDict
 from fast_td3 import replay as keys
 from fast_td3.algorithms.fast_sac import FastSAC
 from fast_td3.config import AlgoConfig, FastSACConfig
+from fast_td3.precision import cpu_model
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 SAC_DIR = Path("src/holosoma/holosoma/agents/fast_sac")
@@ -265,13 +265,6 @@ def time_both(networks, agent_cls, size: Size, repeats: int, warmup: int = 2) ->
     return result
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", type=Path, required=True, help="a checkout of amazon-far/holosoma")
@@ -280,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     networks, agent_cls = load_reference(args.reference)
-    report = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__, "sizes": {}}
+    report = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__, "sizes": {}}
     print(f"CPU: {report['cpu']}, {report['threads']} torch threads, torch {torch.__version__}; eager fp32")
     for name in args.sizes:
         size = SIZES[name]

@@ -82,9 +82,15 @@ def test_the_probe_is_cached_per_machine(tmp_path, monkeypatch):
         precision_module.cached_bf16_speedup.cache_clear()
 
 
-def test_the_probe_measures_a_real_ratio_quickly():
-    speedup = precision_module.measure_bf16_speedup(shape=(256, 128, 128), repeats=2)
-    assert 0.001 < speedup < 1000
+def test_the_probe_reports_fp32_time_over_bf16_time(monkeypatch):
+    seen = []
+    times = {torch.float32: 0.6, torch.bfloat16: 0.2}
+    monkeypatch.setattr(precision_module, "_time_matmul", lambda dtype, shape, repeats: seen.append(dtype) or times[dtype])
+    assert precision_module.measure_bf16_speedup() == pytest.approx(3.0)  # bf16 three times faster
+    assert set(seen) == {torch.float32, torch.bfloat16}
+    monkeypatch.undo()
+    real = precision_module.measure_bf16_speedup(shape=(256, 128, 128), repeats=2)  # real matmuls run
+    assert 0.001 < real < 1000
 
 
 def test_the_default_is_auto_and_the_learner_applies_the_resolution():

@@ -3,11 +3,16 @@
     fast-td3-play runs/Mjlab-Velocity-Flat-Unitree-G1/<run>              # mjlab: a MuJoCo window, or viser
     fast-td3-play runs/Isaac-Velocity-Flat-H1-v0/<run> --num-envs 16     # Isaac Lab: Isaac Sim's window
     fast-td3-play runs/<task>/<run> --video walk.mp4 --steps 500         # any suite: a video of env 0
+    fast-td3-play sim2real/pretrained/t1_flat --video t1.mp4             # a T1 bundle through the sim-to-sim sequence
 
 The env is rebuilt from the checkpoint's config, with the suite's play settings (mjlab:
 the task's play config; Isaac Lab: a window) and no exploration noise. Viewers are the
 simulator's own; suites that have none can still record a video. With `--video` the last
 line printed is one JSON object: task, checkpoint, step, steps, episodes, return_mean, video.
+
+A T1 export bundle (a folder with `policy.pt`, `meta.json`, `T1.yaml`) plays the sim-to-sim
+gate's joystick sequence (stand, forward, sideways, turn) in native MuJoCo, with MuJoCo's
+viewer or to a video, and prints the gate's report (`--seconds` per segment, default 10).
 """
 
 from __future__ import annotations
@@ -90,11 +95,66 @@ def play(
     }
 
 
+def is_bundle(path: str | Path) -> bool:
+    from sim2real.sim2sim import bundle_path
+
+    path = bundle_path(path)
+    return path.is_dir() and all((path / name).is_file() for name in ("policy.pt", "meta.json", "T1.yaml"))
+
+
+def play_bundle(path: str | Path, seconds: float | None = None, video: str | Path | None = None,
+                fps: int | None = None) -> dict:
+    """The sim-to-sim joystick sequence of a T1 bundle, watched in MuJoCo's viewer or recorded."""
+    from sim2real import sim2sim
+
+    bundle = sim2sim.load_bundle(path)
+    seconds = float(seconds or 10.0)
+    control_rate = round(1 / bundle.control().ctrl_dt)
+    fps = fps or 25
+    every = max(1, round(control_rate / fps))
+    frames, renderer, camera, viewer, count = [], None, None, None, [0]
+
+    def on_step(robot) -> None:
+        nonlocal renderer, camera, viewer
+        count[0] += 1
+        if video is None:
+            if viewer is None:
+                import mujoco.viewer
+
+                viewer = mujoco.viewer.launch_passive(robot.model, robot.data)
+            viewer.sync()
+            return
+        if count[0] % every:
+            return
+        import mujoco
+
+        if renderer is None:
+            renderer = mujoco.Renderer(robot.model, height=360, width=480)
+            camera = mujoco.MjvCamera()
+            camera.type, camera.trackbodyid = mujoco.mjtCamera.mjCAMERA_TRACKING, 1
+            camera.distance, camera.elevation, camera.azimuth = 3.0, -15.0, 135.0
+        renderer.update_scene(robot.data, camera)
+        frames.append(renderer.render().copy())
+
+    try:
+        report = sim2sim.run(bundle, seconds=seconds, on_step=on_step)
+    finally:
+        if viewer is not None:
+            viewer.close()
+        if renderer is not None:
+            renderer.close()
+    sim2sim.print_report(report)
+    if video is not None:
+        write_video(frames, Path(video), fps)
+    return {"bundle": str(path), "seconds_per_segment": seconds, "passed": report.passed,
+            "seconds_walked": round(report.seconds_walked, 2), "video": str(video) if video else None}
+
+
 def cli(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint), a checkpoint file, or a T1 export bundle")
     parser.add_argument("--num-envs", type=int, default=1, help="envs to simulate (default 1)")
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps to run (default: until the viewer closes; for --video one episode, at most 1000)")
@@ -103,16 +163,23 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--video", default=None, help="record env 0 to this .mp4/.gif instead of opening a viewer")
     parser.add_argument("--fps", type=int, default=None,
                         help="video frame rate (default: the control rate for Isaac Lab and mjlab, else 30)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="T1 bundles: seconds per joystick segment (default 10)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
     args = parser.parse_args(argv)
     if args.num_envs < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--num-envs and --steps must be at least 1")
+    if args.seconds is not None and not args.seconds > 0:
+        parser.error("--seconds must be positive")
     if args.video is not None:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
         if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
             parser.error('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
     try:
-        result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device)
+        if is_bundle(args.checkpoint):
+            result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps)
+        else:
+            result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device)
     except (FileNotFoundError, ImportError, UnknownTaskError, ValueError, RuntimeError) as error:
         print(f"fast-td3-play: error: {error}", file=sys.stderr)
         sys.exit(2)

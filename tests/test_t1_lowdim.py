@@ -72,6 +72,59 @@ def test_zero_action_policy_falls_in_sim2sim():
     assert report.segments[0].fell and report.segments[0].fell_at < 5.0
 
 
+def test_a_robot_that_does_not_move_fails_the_tracking_thresholds():
+    """Fall detection off, the zero-action T1 stays where it is: the gate must still fail it, on tracking."""
+    report = sim2sim.run(_bundle(), seconds=4.0, policy=lambda obs: torch.zeros(obs.shape[0], 12),
+                         min_height=-1.0, min_tilt_cos=-2.0)
+    assert not report.passed and not any(s.fell for s in report.segments)
+    stand, forward, sideways, turn = report.segments
+    assert stand.failures == []  # standing is not judged on tracking
+    assert any("planar velocity error" in f for f in forward.failures)
+    assert any("covered" in f and "< 60%" in f for f in forward.failures)
+    assert forward.commanded_distance == pytest.approx(0.5 * 4.0 - 0.5 * 0.5 / 2, abs=0.03)  # ramp at 1 unit/s
+    assert any("planar velocity error" in f for f in sideways.failures)
+    assert not any("covered" in f for f in sideways.failures)  # coverage is asked of forward motion
+    assert [f for f in turn.failures if "yaw-rate" in f] and turn.yaw_rate_error == pytest.approx(0.5, abs=0.05)
+    assert report.seconds_walked == pytest.approx(16.0)
+
+
+def test_period_averaged_error_drops_the_sway_and_keeps_the_drift():
+    steps = np.arange(200)
+    sway = 0.4 * np.sin(2 * np.pi * steps / 50)  # one gait period is 50 steps
+    command = np.full(200, 0.5)
+    assert sim2sim.period_averaged_error(0.5 + sway, command, window=50) == pytest.approx(0.0, abs=1e-9)
+    assert sim2sim.period_averaged_error(0.5 + sway, command, window=1) == pytest.approx(0.4 * 2 / np.pi, rel=0.02)
+    assert sim2sim.period_averaged_error(0.3 + sway, command, window=50) == pytest.approx(0.2, abs=1e-9)
+    planar = np.stack([0.5 + sway, np.full(200, 0.4)], 1)  # on speed forward, drifting 0.4 m/s sideways...
+    commanded = np.stack([command, np.full(200, 0.1)], 1)  # ...where 0.1 was asked
+    assert sim2sim.period_averaged_error(planar, commanded, window=50) == pytest.approx(0.3, abs=1e-9)
+    assert np.isnan(sim2sim.period_averaged_error(np.zeros((0, 2)), np.zeros((0, 2)), window=50))
+
+
+def test_each_threshold_is_judged_against_its_option():
+    def segment(command, **measured):
+        s = sim2sim.SegmentReport("s", command, 20.0, **measured)
+        return s
+
+    walking = dict(distance=9.0, commanded_distance=10.0, lin_vel_error=0.15, yaw_rate_error=0.25)
+    limits = sim2sim.Thresholds()
+    good = segment([0.5, 0.0, 0.0], **walking)
+    good.judge(limits)
+    assert good.failures == []
+    strict = segment([0.5, 0.0, 0.0], **walking)
+    strict.judge(sim2sim.Thresholds(max_lin_vel_error=0.1, max_yaw_rate_error=0.2, min_forward_coverage=0.95))
+    assert [f.split()[0] for f in strict.failures] == ["planar", "yaw-rate", "covered"]
+    short = segment([0.5, 0.0, 0.0], **(walking | {"distance": 5.0}))
+    short.judge(limits)
+    assert short.failures == ["covered 5.00 m of 10.00 m commanded (50% < 60%)"]
+    nan = segment([0.0, 0.0, 0.5], **(walking | {"yaw_rate_error": float("nan")}))
+    nan.judge(limits)
+    assert nan.failures and "yaw-rate" in nan.failures[0]  # no measurement is no pass
+    fallen = segment([0.0, 0.0, 0.0], fell=True, fell_at=3.25)
+    fallen.judge(limits)
+    assert fallen.failures == ["fell at 3.25 s"]
+
+
 def test_gains_that_differ_from_training_are_flagged():
     bundle = _bundle()
     assert sim2sim.deploy_mismatches(bundle) == []
@@ -93,6 +146,8 @@ def test_bad_sim2sim_input_exits_2_with_a_message(tmp_path, capsys):
     (tmp_path / "T1.yaml").write_text(yaml.safe_dump(bundle.deploy_yaml))
     (tmp_path / "policy.pt").write_bytes(b"not a TorchScript archive")
     for args, message in ((["seconds=abc"], "could not convert"), (["seconds=0"], "seconds must be positive"),
+                          (["max_lin_vel_error=-1"], "max_lin_vel_error must be a number >= 0"),
+                          (["min_coverage=0.5"], "unknown options ['min_coverage']"),
                           ([], "not a TorchScript file")):
         with pytest.raises(SystemExit) as exited:
             sim2sim.cli([f"bundle={tmp_path}", *args])

@@ -1,0 +1,97 @@
+"""Every checkpoint of a T1LowDim run through export and the sim-to-sim gate: a table of which pass.
+
+    python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run>
+    python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run> --seconds 10 --last 3
+    python scripts/gate_checkpoints.py <run> --json gates.json     # also the rows as JSON
+
+Eval return says how the policy does on the training task; the gate says whether the exported
+bundle walks the scripted joystick sequence on the robot's settings. This prints both per
+checkpoint, so a run can be stopped (or a checkpoint shipped) on the gate's evidence. The
+bundles go to `<run>/gated/step_<N>/` and are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fast_td3.logging import read_metrics  # noqa: E402
+from sim2real import sim2sim  # noqa: E402
+from sim2real.export import export_bundle  # noqa: E402
+
+
+def eval_returns(run_dir: Path) -> dict[int, float]:
+    return {int(r["step"]): r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r}
+
+
+def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: float = 1e-3) -> int:
+    """Gate runs (of `runs`) passed with N(0, scale) added to every observation the policy sees:
+    a margin probe. A pass that flips under noise this small may flip on another CPU's
+    arithmetic too (the 80 s of physics amplify any difference)."""
+    import torch
+
+    passed = 0
+    for seed in range(runs):
+        generator = torch.Generator().manual_seed(seed)
+
+        def noisy(obs, generator=generator):
+            return bundle.policy(obs + scale * torch.randn(obs.shape, generator=generator))
+
+        passed += sim2sim.run(bundle, seconds=seconds, policy=noisy).passed
+    return passed
+
+
+def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0) -> dict:
+    step = int(checkpoint.stem.split("_")[-1])
+    bundle = export_bundle(checkpoint, run_dir / "gated" / f"step_{step:09d}", force=True)
+    loaded = sim2sim.load_bundle(bundle)
+    report = sim2sim.run(loaded, seconds=seconds)
+    row = {"step": step, "eval_return": returns.get(step), "passed": report.passed,
+           "seconds_walked": round(report.seconds_walked, 2), "bundle": str(bundle)}
+    if perturb:
+        row["perturbed_passes"] = f"{perturbed_passes(loaded, seconds, perturb)}/{perturb}"
+    for segment in report.segments:
+        row[f"{segment.name}/lin_vel_error"] = round(segment.lin_vel_error, 3)
+        row[f"{segment.name}/yaw_rate_error"] = round(segment.yaw_rate_error, 3)
+        if segment.coverage == segment.coverage:  # not NaN: a segment with a linear command
+            row[f"{segment.name}/coverage"] = round(segment.coverage, 3)
+        row[f"{segment.name}/failures"] = segment.failures
+    return row
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a T1LowDimJoystick* run folder")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per joystick segment (default 20)")
+    parser.add_argument("--last", type=int, default=0, help="only the last N checkpoints (default all)")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
+    parser.add_argument("--perturb", type=int, default=0,
+                        help="also N gate runs with 1e-3 observation noise: how many pass (a margin probe)")
+    args = parser.parse_args(argv)
+    checkpoints = sorted((args.run / "checkpoints").glob("step_*.pt"))
+    if args.last:
+        checkpoints = checkpoints[-args.last:]
+    if not checkpoints:
+        parser.error(f"{args.run} has no checkpoints/step_*.pt")
+    returns = eval_returns(args.run)
+    rows = []
+    print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6}  failures")
+    for checkpoint in checkpoints:
+        row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb)
+        rows.append(row)
+        failures = "; ".join(f"{k.split('/')[0]}: {', '.join(v)}" for k, v in row.items()
+                             if k.endswith("/failures") and v)
+        ret = f"{row['eval_return']:.2f}" if row["eval_return"] is not None else "-"
+        print(f"{row['step']:>8} {ret:>11} {'PASS' if row['passed'] else 'fail':>5} {row['seconds_walked']:>6.1f}s "
+              f"{row.get('perturbed_passes', '-'):>6}  {failures}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Put a trained T1LowDim checkpoint in the package as a pretrained bundle, with its evidence.
+
+    python scripts/ship_t1_bundle.py runs/T1LowDimJoystickFlatTerrain/<run> --step 60000
+    python scripts/ship_t1_bundle.py <run> --step 60000 --out sim2real/pretrained/t1_flat
+
+Writes to `--out` (default `sim2real/pretrained/t1_flat`): the export bundle (`policy.pt`,
+`policy.onnx`, `T1.yaml`, `meta.json`), the full sim-to-sim gate's report (`sim2sim.json`),
+the run's learning curve (`curve.png`: eval return and episode length against wall time) and
+its whole `metrics.jsonl` (gzipped), the run's `config.yaml` (as `train_config.yaml`) and `training.json`: the exact command, seed,
+global and env steps, wall time to the checkpoint, the CPU model, torch threads and the
+precision the run resolved. Exits 1, shipping nothing, when the gate fails, unless
+`--allow-fail` (then `training.json` says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fast_td3.logging import json_safe, read_metrics  # noqa: E402
+from fast_td3.precision import cpu_model  # noqa: E402
+from sim2real import sim2sim  # noqa: E402
+from sim2real.export import export_bundle  # noqa: E402
+
+DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
+
+
+def training_command(run_dir: Path) -> str:
+    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    kept = [o for o in overrides if not o.split("=")[0].lstrip("+") in ("out_dir",)]
+    return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)
+
+
+def plot_curve(records: list[dict], step: int, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = [r for r in records if "eval/return_mean" in r]
+    minutes = [r["time"] / 60 for r in evals]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    axes[0].plot(minutes, [r["eval/return_mean"] for r in evals], marker="o", markersize=2)
+    axes[0].set_ylabel("eval return (task reward)")
+    axes[1].plot(minutes, [r["eval/length_mean"] for r in evals], marker="o", markersize=2)
+    axes[1].set_ylabel("eval episode length (steps, 1000 = 20 s)")
+    shipped = [r["time"] / 60 for r in evals if r["step"] == step]
+    for ax in axes:
+        ax.set_xlabel("wall time [min]")
+        ax.grid(alpha=0.3)
+        for x in shipped:
+            ax.axvline(x, color="tab:green", linestyle="--", label=f"shipped: step {step}")
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
+    args = parser.parse_args(argv)
+    checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
+    if not checkpoint.is_file():
+        parser.error(f"no checkpoint {checkpoint}")
+    staging = args.out.with_name(args.out.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    export_bundle(checkpoint, staging)
+    report = sim2sim.run(sim2sim.load_bundle(staging))
+    sim2sim.print_report(report)
+    if not report.passed and not args.allow_fail:
+        shutil.rmtree(staging)
+        print("the gate failed: nothing shipped (--allow-fail ships it, marked as failing)")
+        return 1
+    (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
+    records = read_metrics(args.run)
+    config = yaml.safe_load((args.run / "config.yaml").read_text())
+    at_step = [r for r in records if r["step"] == args.step]
+    evals = [r for r in records if "eval/return_mean" in r and r["step"] <= args.step]
+    info = {
+        "command": training_command(args.run),
+        "seed": config["seed"],
+        "checkpoint_step": args.step,
+        "env_steps": at_step[-1]["env_steps"] if at_step else None,
+        "wall_seconds": at_step[-1]["time"] if at_step else None,
+        "eval_return": evals[-1]["eval/return_mean"] if evals else None,
+        "eval_episode_length": evals[-1]["eval/length_mean"] if evals else None,
+        "cpu_model": cpu_model(),
+        "resolved": config.get("resolved", {}),
+        "gate_passed": report.passed,
+        "seconds_walked": round(report.seconds_walked, 2),
+        "shipped": datetime.date.today().isoformat(),
+        "run_folder": args.run.name,
+    }
+    (staging / "training.json").write_text(json.dumps(json_safe(info), indent=2))
+    shutil.copy(args.run / "config.yaml", staging / "train_config.yaml")
+    with open(args.run / "metrics.jsonl", "rb") as source, gzip.open(staging / "metrics.jsonl.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    title = (f"{config['env']['task']}, seed {config['seed']}, {cpu_model()}, "
+             f"{config.get('resolved', {}).get('torch_threads', '?')} threads")
+    plot_curve(records, args.step, staging / "curve.png", title)
+    shutil.rmtree(args.out, ignore_errors=True)
+    staging.rename(args.out)
+    print(json.dumps({"shipped": str(args.out), **{k: info[k] for k in ("checkpoint_step", "wall_seconds",
+                                                                         "gate_passed", "seconds_walked")}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -251,7 +251,8 @@ def domain_randomizer(task: str, env):
 
 
 @functools.lru_cache(maxsize=16)
-def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat: int, device: jax.Device) -> _Compiled:
+def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat: int, device: jax.Device,
+             select_resets: bool) -> _Compiled:
     """Batched reset/step for one task, settings and device; jitted once per process."""
     env = _load(task, frozen_overrides, device)
     axes = None
@@ -266,7 +267,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         state = reset_one(models, axes, reset_keys)
         return _strong(_Carry(state, jnp.zeros(keys.shape[0], jnp.int32), _zero_sums(state), keys))
 
-    def step(models, carry: "_Carry", actions, time_limit):
+    def step(models, carry: "_Carry", actions, time_limit, with_gait: bool = True):
         state = _strong(step_one(models, axes, carry.state, jnp.clip(actions, -1.0, 1.0)))
         steps = carry.steps + 1
         terminated = state.done > 0.5
@@ -275,7 +276,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         sums = {k: carry.sums[k] + state.metrics[k] for k in carry.sums}
         rewards = state.reward.astype(jnp.float32)
         final_actor, final_critic = _split_observation(state.obs)  # before any reset replaces them
-        gait = gait_signals(state)  # likewise: finished envs report their last state
+        gait = gait_signals(state) if with_gait else {}  # likewise: finished envs report their last state
         keys, reset_keys = _split_keys(carry.keys)
 
         def with_resets(state):
@@ -283,7 +284,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
             pick = lambda new, old: jnp.where(dones.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)  # noqa: E731
             return _strong(jax.tree_util.tree_map(pick, fresh, state))
 
-        state = jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
+        state = with_resets(state) if select_resets else jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
         keep = ~dones
         carry = _Carry(state, jnp.where(keep, steps, 0), {k: jnp.where(keep, v, 0.0) for k, v in sums.items()}, keys)
         # one [metrics, envs] array in sorted-name order: one DLPack hand-over per step, not one per metric
@@ -291,7 +292,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
         outputs = (rewards, dones, time_outs, final_actor, final_critic, stacked_sums, gait)
         return _strong(carry), outputs
 
-    return _Compiled(env, jax.jit(reset), jax.jit(step))
+    return _Compiled(env, jax.jit(reset), jax.jit(step, static_argnames=("with_gait",)))
 
 
 class GaitSignals:
@@ -437,6 +438,9 @@ class PlaygroundVecEnv:
         menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
         compilation_cache: folder for JAX's persistent cache (None: the default; False: off).
         render_mode: "rgb_array" to allow `render()`.
+        reset_by_selection: auto-reset finished envs by computing a reset for every env and
+            selecting (no host round trip), rather than `lax.cond` on "any env done"
+            (None: selection on accelerators, cond on the CPU, where it saves the reset's work).
     """
 
     def __init__(
@@ -454,6 +458,7 @@ class PlaygroundVecEnv:
         menagerie_path: str | None = None,
         compilation_cache: str | bool | None = None,
         render_mode: str | None = None,
+        reset_by_selection: bool | None = None,
     ) -> None:
         if impl not in IMPLS:
             raise EnvOptionError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -480,7 +485,13 @@ class PlaygroundVecEnv:
         # Playground counts episode_length in physics-control steps; with action_repeat each
         # of our steps is that many of them.
         self.action_repeat = int(config.get("action_repeat", 1) or 1)
-        self._compiled = _compile(task, frozen, domain_randomization, self.action_repeat, self._jax_device)
+        if reset_by_selection is None:
+            # On an accelerator `lax.cond` hands its predicate to the host every step (and with many
+            # envs some env is almost always done): reset by selection there. On the CPU the host
+            # is the device, and cond skips the reset computation on steps where no env finished.
+            reset_by_selection = self._jax_device.platform != "cpu"
+        self._compiled = _compile(task, frozen, domain_randomization, self.action_repeat, self._jax_device,
+                                  bool(reset_by_selection))
         self.max_episode_steps = int(max_episode_steps or -(-config.episode_length // self.action_repeat))
         self._time_limit = jax.device_put(jnp.int32(self.max_episode_steps), self._jax_device)
         self._keys = jax.device_put(env_keys(self.seed, self.num_envs), self._jax_device)
@@ -498,6 +509,7 @@ class PlaygroundVecEnv:
         self.resolved_options = {"backend": "mjx"}
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._carry: _Carry | None = None
+        self._with_gait = True
         self._gait: dict[str, jax.Array] | None = None
         self._gait_reader: GaitSignals | None = None
         self._renderer = None
@@ -528,7 +540,7 @@ class PlaygroundVecEnv:
             raise RuntimeError("call reset() before step()")
         actions_jax = to_jax(actions.detach().to(self.device, torch.float32).contiguous())
         self._carry, (rewards, dones, time_outs, final_actor, final_critic, sums, self._gait) = self._compiled.step(
-            self._models, self._carry, actions_jax, self._time_limit)
+            self._models, self._carry, actions_jax, self._time_limit, with_gait=self._with_gait)
         actor, critic = _split_observation(self._carry.state.obs)
         obs = _torch(actor)
         extras: dict[str, Any] = {
@@ -542,12 +554,19 @@ class PlaygroundVecEnv:
             extras[FINAL_OBSERVATIONS][CRITIC] = _torch(final_critic)
         return obs, _torch(rewards), _torch(dones), extras
 
+    def record_gait_signals(self, on: bool) -> None:
+        """Whether steps compute the gait signals (on by default; the trainer turns them off on
+        its training envs, which nobody reads them from): a static switch, one compile each."""
+        self._with_gait = bool(on)
+
     def gait_signals(self) -> dict[str, Any]:
         """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`): the floating
         base, joints and torques of locomotion tasks, plus feet where the task names them; rows
         of envs that finished describe their last state before the reset. Empty for tasks
         without a floating base."""
-        if self._gait is None:
+        if not self._gait:
+            if not self._with_gait and self._gait is not None:
+                raise RuntimeError("this env's steps skip the gait signals: record_gait_signals(True) first")
             return {}
         if self._gait_reader is None:
             self._gait_reader = GaitSignals(self._compiled.env)

@@ -82,6 +82,10 @@ class ReplayBuffer:
         self.device = resolve_device(device)
         self._ptr = 0  # next slot to write (host integer: no device sync)
         self._size = 0  # filled slots per env
+        self._writes = 0  # steps written since the buffer was made: `rewind` recomputes the size from it
+        self._valid_writes: torch.Tensor | None = None
+        """Writes made with `valid` true, counted on the device (None until a write passes `valid`):
+        sampling stays among them, so slots skipped by the NaN guard are never drawn."""
 
         shape = (num_envs, capacity_per_env)
         spec = {
@@ -126,11 +130,13 @@ class ReplayBuffer:
         return sum(t.numel() * t.element_size() for t in self._storage.values())
 
     # ------------------------------------------------------------------ write
-    def extend(self, transition: TensorDict) -> None:
-        """Write one vectorised env step: a TensorDict with batch `[num_envs]`.
+    def extend(self, transition: TensorDict | dict, valid: torch.Tensor | None = None) -> None:
+        """Write one vectorised env step: a TensorDict (or dict) with batch `[num_envs]`.
 
         `next_observations` (and `next_critic_observations`) must already hold
-        the true final observation for envs that finished at this step.
+        the true final observation for envs that finished at this step. With `valid`
+        (a 0-dim bool tensor, e.g. the NaN guard's) the slot keeps its old content where
+        it is false, decided on the device; the pointer moves either way (see `rewind`).
         """
         row = {}
         for key in (OBS, NEXT_OBS, ACTIONS, REWARDS, TERMINATED, TRUNCATED):
@@ -141,9 +147,35 @@ class ReplayBuffer:
                 row[key] = value[..., self.num_obs :] if self.critic_tail_only else value
         for key, value in row.items():
             column = self._storage[key][:, self._ptr]  # a view into the storage
-            column.copy_(value.reshape(column.shape))
+            value = value.reshape(column.shape)
+            column.copy_(value if valid is None else torch.where(valid, value, column))
+        if valid is not None:
+            if self._valid_writes is None:
+                self._valid_writes = torch.full((), self._writes, dtype=torch.long, device=self.device)
+            self._valid_writes += valid
         self._ptr = (self._ptr + 1) % self.capacity
-        self._size = min(self._size + 1, self.capacity)
+        self._writes += 1
+        self._size = min(self._writes, self.capacity)
+
+    def rewind(self, steps: int) -> None:
+        """Forget the last `steps` writes (writes made with `valid` false kept the slots' old
+        content, so the buffer is again what it was before them)."""
+        steps = min(int(steps), self._writes)
+        self._ptr = (self._ptr - steps) % self.capacity
+        self._writes -= steps
+        self._size = min(self._writes, self.capacity)
+        self._valid_writes = None
+
+    def _filled(self) -> int | torch.Tensor:
+        """Slots that may be sampled: `len(self)`, or fewer on the device after skipped writes."""
+        if self._valid_writes is None:
+            return self._size
+        return self._valid_writes.clamp(1, self.capacity)
+
+    def _draw(self, shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+        age = torch.randint(0, self._size, shape, device=self.device, generator=generator)
+        filled = self._filled()
+        return age if isinstance(filled, int) else torch.remainder(age, filled)  # identity until a write is skipped
 
     # ------------------------------------------------------------------ read
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
@@ -167,22 +199,36 @@ class ReplayBuffer:
                 f"batch_size ({batch_size}) must be at least num_envs ({self.num_envs}): "
                 "every env contributes batch_size // num_envs samples"
             )
-        age = torch.randint(0, self._size, (self.num_envs, per_env), device=self.device, generator=generator)
-        return self.gather(age)
+        return self.gather(self._draw((self.num_envs, per_env), generator))
+
+    def sample_many(self, batch_size: int, count: int, generator: torch.Generator | None = None) -> list[TensorDict]:
+        """`count` independent batches as `sample` draws them, gathered at once: one index draw
+        and one gather for a global step's updates instead of `count` of each."""
+        if count == 1:
+            return [self.sample(batch_size, generator)]
+        per_env = batch_size // self.num_envs
+        if per_env < 1:
+            return [self.sample(batch_size, generator)]  # raises the message
+        if self._size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        return list(self.gather(self._draw((count, self.num_envs, per_env), generator)).unbind(0))  # views: no copy per batch
 
     def gather(self, age: torch.Tensor) -> TensorDict:
         """The n-step transitions starting at `age[e, j]` steps after env e's oldest
-        stored step (`0 <= age < len(self)`); `age` is `[num_envs, per_env]`."""
+        stored step (`0 <= age < len(self)`); `age` is `[num_envs, per_env]` (a batch of
+        `num_envs * per_env`), or `[batches, num_envs, per_env]` (a TensorDict of that many)."""
         device = self.device
-        per_env = age.shape[1]
+        per_env = age.shape[-1]
         oldest = self._ptr if self._size == self.capacity else 0
         env_idx = torch.arange(self.num_envs, device=device).unsqueeze(1).expand(-1, per_env)
+        if self.n_step == 1:
+            return self._gather_one_step(env_idx, (oldest + age) % self.capacity)
 
         # n-step window along each sampled row: slots [start, start + n).
         window_age = age.unsqueeze(-1) + self._offsets  # [E, P, n]
         window_slot = (oldest + window_age) % self.capacity
         window_env = env_idx.unsqueeze(-1).expand_as(window_slot)
-        stored = window_age < self._size  # steps written so far
+        stored = window_age < self._filled()  # steps written so far
         terminated = self._storage[TERMINATED][window_env, window_slot]
         truncated = self._storage[TRUNCATED][window_env, window_slot]
         ended = terminated | truncated
@@ -216,6 +262,24 @@ class ReplayBuffer:
             DISCOUNT: self._discounts[length],
             NSTEP_LENGTH: length,
         }
+        return self._finish(batch, at_first, at_last)
+
+    def _gather_one_step(self, env_idx: torch.Tensor, slot: torch.Tensor) -> TensorDict:
+        """`gather` for n = 1: every window is one stored step, so no window bookkeeping."""
+        storage = self._storage
+
+        def at(key: str) -> torch.Tensor:
+            return storage[key][env_idx, slot]
+
+        batch = {OBS: at(OBS).float(), ACTIONS: at(ACTIONS), NEXT_OBS: at(NEXT_OBS).float(), REWARDS: at(REWARDS),
+                 TERMINATED: at(TERMINATED), TRUNCATED: at(TRUNCATED)}
+        batch[DISCOUNT] = self._discounts[1].expand(slot.shape)
+        batch[NSTEP_LENGTH] = torch.ones_like(slot)
+        return self._finish(batch, at)
+
+    def _finish(self, batch: dict[str, torch.Tensor], at_first, at_last=None) -> TensorDict:
+        """Add the critic observations and flatten `[envs, per_env]` to one batch dimension."""
+        at_last = at_last or at_first
         if self.num_critic_obs is not None:
             if not self.critic_tail_only:
                 critic, next_critic = at_first(CRITIC_OBS).float(), at_last(NEXT_CRITIC_OBS).float()
@@ -226,19 +290,17 @@ class ReplayBuffer:
                 critic, next_critic = batch[OBS], batch[NEXT_OBS]
             batch[CRITIC_OBS] = critic
             batch[NEXT_CRITIC_OBS] = next_critic
-        total = self.num_envs * per_env
-        return TensorDict(
-            {k: v.reshape(total, *v.shape[2:]) for k, v in batch.items()},
-            batch_size=[total],
-            device=device,
-        )
+        lead = tuple(batch[REWARDS].shape)  # [(batches,) envs, per_env]
+        flat = (*lead[:-2], lead[-2] * lead[-1])
+        return TensorDict({k: v.reshape(*flat, *v.shape[len(lead):]) for k, v in batch.items()}, batch_size=flat,
+                          device=self.device)
 
     # ------------------------------------------------------------------ save
     def state_dict(self) -> dict:
         """A snapshot on the host, as plain tensors (loadable with `torch.load(weights_only=True)`):
         saving a full accelerator-resident buffer must not need a second copy of it there."""
         snapshot = self._storage.clone() if self.device.type == "cpu" else self._storage.to("cpu")
-        return {"storage": snapshot.to_dict(), "ptr": self._ptr, "size": self._size}
+        return {"storage": snapshot.to_dict(), "ptr": self._ptr, "size": self._size, "writes": self._writes}
 
     def load_state_dict(self, state: dict) -> None:
         storage = state["storage"]
@@ -255,3 +317,6 @@ class ReplayBuffer:
             self._storage[key].copy_(value)
         self._ptr = int(state["ptr"])
         self._size = int(state["size"])
+        # older snapshots lack the count; any count >= capacity reads as full
+        self._writes = int(state.get("writes", self._size if self._size < self.capacity else 2 * self.capacity))
+        self._valid_writes = None

@@ -3,8 +3,10 @@
 One runner serves every suite and every algorithm: it sees envs only through the contract in
 `envs/protocol.py` and the learner only through the interface of
 `fast_td3.algorithms.OffPolicyAlgorithm` (explore, update, act, value, training state) and
-`ReplayBuffer`. Everything that needs the host (logging, evaluation, checkpoints, the NaN
-guard) happens between steps, never inside the update. What is not the loop lives in modules
+`ReplayBuffer`. A steady-state global step makes no host sync outside the env: the NaN guard
+screens on the device and is read at each log, the step's batches come from one gather, and
+with `algo.compile` the collect step around the env is compiled like the update. Everything
+that needs the host (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the loop lives in modules
 of its own: episodes.py, guards.py, eval_diagnostics.py, run_state.py.
 """
 
@@ -15,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
 from fast_td3 import checkpoint as ckpt
@@ -27,7 +28,9 @@ from fast_td3.device import resolve_device
 from fast_td3.episodes import EPISODE_METRIC_PREFIX, EpisodeStats, episode_means  # noqa: F401 (re-exported)
 from fast_td3.eval_diagnostics import eval_diagnostics, record_eval_step
 from fast_td3.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
-from fast_td3.guards import NonFiniteObservationError, TrainingStopped, check_finite, stop_signals_set_flag  # noqa: F401
+from fast_td3.guards import (  # noqa: F401
+    FiniteGuard, NonFiniteObservationError, TrainingStopped, check_finite, non_finite_message, stop_signals_set_flag,
+)
 from fast_td3.logging import IntervalClock, MetricsLogger, to_host
 from fast_td3.replay import ReplayBuffer
 from fast_td3.run_state import CHECKPOINT_FORMAT, CheckpointMismatchError, config_dict, seed_everything  # noqa: F401
@@ -77,6 +80,12 @@ class Runner:
         )
         self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.episodes = EpisodeStats.zeros(env.num_envs, self.device)
+        self.guard = FiniteGuard(env.num_envs, self.device) if cfg.check_finite else None
+        compile_collect = torch.compile if algo.compile else (lambda fn: fn)
+        self._explore = compile_collect(self.agent.explore)
+        self._absorb = compile_collect(self._absorb_step)
+        if hasattr(env, "record_gait_signals"):
+            env.record_gait_signals(False)  # only evaluation reads them
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
         self.global_step = 0
         self.last_eval: dict[str, float] = {}
@@ -103,16 +112,20 @@ class Runner:
                         self.learn()
                     logger.advance(self.global_step)
                     if self._due(cfg.logger.log_interval):
+                        self._stop_if_non_finite()
                         self.log(interval)
                     if self._due(cfg.eval_interval) and self.global_step < cfg.total_steps:
+                        self._stop_if_non_finite()
                         with interval.paused():
                             self.evaluate()
                     if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
+                        self._stop_if_non_finite()
                         with interval.paused():
                             self.save()
                     stop = distributed.any_rank(self.stop_requested, self.ranks)  # every rank stops at one step
                     if stop:
                         raise TrainingStopped(self.global_step, self.save(), stop)
+                self._stop_if_non_finite()
                 final = self.evaluate()
                 self.save()
                 return final
@@ -144,37 +157,66 @@ class Runner:
     def collect(self, obs: torch.Tensor, critic_obs: torch.Tensor | None):
         """One vectorised env step with the algorithm's exploration, stored in the replay buffer."""
         to = self._to_device
-        actions = self.agent.explore(obs)
+        actions = self._explore(obs)
         next_obs, rewards, dones, extras = self.env.step(actions.to(self.env.device))
-        next_obs, rewards, dones, time_outs = to(next_obs), to(rewards), to(dones), to(extras[TIME_OUTS])
         final = extras[FINAL_OBSERVATIONS]
-        next_critic_obs = to(critic_observations(next_obs, extras))
-        self._check_finite({
-            "observations": next_obs, "critic observations": next_critic_obs, "rewards": rewards,
-            "final observations": final.get(ACTOR), "final critic observations": final.get(CRITIC),
-        })
-        transition = {keys.OBS: obs, keys.ACTIONS: actions, keys.REWARDS: rewards, keys.TERMINATED: dones & ~time_outs,
-                      keys.TRUNCATED: time_outs, keys.NEXT_OBS: to(final[ACTOR])}
+        step = {"observations": to(next_obs), "critic observations": to(critic_observations(next_obs, extras)),
+                "rewards": to(rewards), "final observations": to(final.get(ACTOR)),
+                "final critic observations": to(final.get(CRITIC))}
+        dones, time_outs = to(dones), to(extras[TIME_OUTS])
+        valid = None
+        if self.guard is not None:  # on the device: no sync; read at the next log
+            step, valid = self.guard.screen(step)
+        transition = {keys.OBS: obs, keys.ACTIONS: actions, keys.REWARDS: step["rewards"],
+                      keys.TERMINATED: dones & ~time_outs, keys.TRUNCATED: time_outs,
+                      keys.NEXT_OBS: step["final observations"]}
         if critic_obs is not None:
-            transition[keys.CRITIC_OBS], transition[keys.NEXT_CRITIC_OBS] = critic_obs, to(final[CRITIC])
-        self.agent.update_normalizers(obs, critic_obs, rewards, dones)
-        self.buffer.extend(TensorDict(transition, batch_size=[self.env.num_envs]))
+            transition[keys.CRITIC_OBS] = critic_obs
+            transition[keys.NEXT_CRITIC_OBS] = step["final critic observations"]
+        self._absorb(obs, critic_obs, step["rewards"], dones, valid, extras.get(EPISODE))
+        self.buffer.extend(transition, valid)
+        return step["observations"], step["critic observations"]
+
+    def _absorb_step(self, obs, critic_obs, rewards, dones, valid, episode_metrics) -> None:
+        """What one step teaches the running state: normalisers, exploration redraws, episode sums."""
+        self.agent.update_normalizers(obs, critic_obs, rewards, dones, valid)
         self.agent.episodes_ended(dones)
-        self.episodes.update(rewards, dones, extras.get(EPISODE))
-        return next_obs, next_critic_obs
+        self.episodes.update(rewards, dones, episode_metrics)
 
     def _check_finite(self, tensors: dict[str, torch.Tensor | None], at_reset: bool = False) -> None:
         if self.cfg.check_finite:
             check_finite(tensors, self.env.num_envs, self.device, self.ranks, self.save,
                          self.global_step + (not at_reset), self.cfg.env.task, at_reset)
+            self.guard.sync_step(self.global_step)
+
+    def _stop_if_non_finite(self) -> None:
+        """Read the NaN guard (one sync, at a log): stop every rank with a clean checkpoint when
+        any env produced NaN or inf since the last check."""
+        if self.guard is None:
+            return
+        found = self.guard.tripped()
+        if self.ranks.enabled:
+            if not distributed.any_rank(int(found is not None), self.ranks):
+                return
+        elif found is None:
+            return
+        if found is None:
+            raise NonFiniteObservationError(
+                f"another rank found NaN or inf before global step {self.global_step}; its message names the "
+                f"env. Checkpoint: {self.save()}")
+        step, env, field, envs = found
+        dropped = self.global_step - step + 1
+        self.buffer.rewind(dropped)  # the skipped writes: the buffer is what it was before step `step`
+        raise NonFiniteObservationError(
+            non_finite_message(step, env, field, envs, self.cfg.env.task, self.save(), dropped))
 
     # ================================================================ learn
     def learn(self) -> None:
         """`num_updates` updates (the actor on its own schedule) on fresh samples."""
         if not self._updated_in_this_process:  # the first update compiles
             self._updated_in_this_process = self._first_update_in_interval = True
-        for _ in range(self.cfg.algo.num_updates):
-            batch = self.buffer.sample(self.batch_size, generator=self.sample_generator)
+        batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates, generator=self.sample_generator)
+        for batch in batches:
             self._metrics.update(self.agent.update(batch).items())
         self._updates_since_log += self.cfg.algo.num_updates
 

@@ -160,6 +160,20 @@ class PhaseClock:
         self.device = device
         self.seconds: dict[str, float] = defaultdict(float)
 
+    PHASES = (("env", "step", "env step"), ("agent", "act", "act"), ("buffer", "extend", "store"),
+              ("buffer", "sample_many", "replay sampling"), ("agent", "update", "update"), (None, "log", "logging"))
+    """(the runner's attribute holding the object or None for the runner, method, phase name)."""
+
+    def wrap_runner(self, runner) -> None:
+        """Time every phase of a `Runner`'s loop."""
+        for owner, method, phase in self.PHASES:
+            self.wrap(getattr(runner, owner) if owner else runner, method, phase)
+
+    def unwrap_runner(self, runner) -> None:
+        """Undo `wrap_runner` (the wrappers are instance attributes in front of the methods)."""
+        for owner, method, _ in self.PHASES:
+            (getattr(runner, owner) if owner else runner).__dict__.pop(method, None)
+
     def wrap(self, owner, method: str, phase: str) -> None:
         inner = getattr(owner, method)
         self.seconds.setdefault(phase, 0.0)  # reported even when the run never reaches it
@@ -197,12 +211,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
             runner.train()  # throughput, without the clock's device syncs
             wall = time.perf_counter() - start
             clock = PhaseClock(device)
-            clock.wrap(runner.env, "step", "env step")
-            clock.wrap(runner.agent, "act", "act")
-            clock.wrap(runner.buffer, "extend", "store")
-            clock.wrap(runner.buffer, "sample", "replay sampling")
-            clock.wrap(runner.agent, "update", "update")
-            clock.wrap(runner, "log", "logging")
+            clock.wrap_runner(runner)
             runner.cfg.total_steps += steps
             start = time.perf_counter()
             runner.train()  # where the time goes

@@ -8,6 +8,7 @@ import torch
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS
 from fast_td3 import checkpoint as ckpt
 from fast_td3.logging import read_metrics
+from fast_td3 import replay as keys
 from fast_td3.runner import NonFiniteObservationError
 from helpers import make_runner, tiny_train_config
 
@@ -148,12 +149,17 @@ def test_nan_observation_names_env_and_step_and_saves_a_clean_checkpoint(tmp_pat
     cfg = tiny_train_config(total_steps=50)
     runner = make_runner(cfg, tmp_path, eval_env=False)
     runner.env = NaNAfter(runner.env, step=9, env_index=2)
-    with pytest.raises(NonFiniteObservationError, match=r"env 2 .*global step 9"):
+    with pytest.raises(NonFiniteObservationError, match=r"observations of env 2 .*global step 9") as stopped:
         runner.train()
-    assert len(runner.buffer) == 8  # the bad step was never stored
+    stop = cfg.logger.log_interval * -(-9 // cfg.logger.log_interval)  # no sync per step: found at the next log
+    assert runner.global_step == stop and f"({stop - 9 + 1} steps dropped)" in str(stopped.value)
+    assert len(runner.buffer) == 8  # neither the bad step nor any after it was stored
+    assert torch.isfinite(runner.buffer._storage[keys.OBS]).all() and torch.isfinite(runner.buffer._storage[keys.NEXT_OBS]).all()
+    # the normaliser took the 8 steps before the bad one (and the reset's step), nothing after
+    assert runner.agent.obs_normalizer.count.item() == 8 * runner.env.num_envs
     assert torch.isfinite(runner.agent.obs_normalizer.mean).all()
     latest = ckpt.CheckpointManager(tmp_path).latest()
-    assert ckpt.step_of(latest) == 8
+    assert ckpt.step_of(latest) == stop
     state = ckpt.load(latest)
     assert all(torch.isfinite(t).all() for t in state["agent"]["modules"].values())
     runner.env.close()

@@ -122,7 +122,8 @@ class LearningRateSchedule:
 
     def step(self) -> None:
         self.updates += 1
-        self._write(self.value())
+        if self.kind != "constant":  # a constant rate was written once: no launch per update
+            self._write(self.value())
 
     def _write(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -357,19 +358,22 @@ class OffPolicyAlgorithm(nn.Module):
     def update_normalizers(
         self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None,
         rewards: torch.Tensor | None = None, dones: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
     ) -> None:
         """Feed one vectorised step of collected data to the running statistics (the observation
-        statistics only with obs_normalization_source='collect')."""
+        statistics only with obs_normalization_source='collect'); with `valid` (a 0-dim bool
+        tensor, the NaN guard's) false, nothing changes, decided on the device."""
         if self.cfg.obs_normalization_source == "collect":
-            self._update_obs_statistics(obs, critic_obs)
+            self._update_obs_statistics(obs, critic_obs, valid)
         if self.reward_normalizer is not None and rewards is not None and dones is not None:
-            self.reward_normalizer.update(rewards, dones)
+            self.reward_normalizer.update(rewards, dones, valid)
 
-    def _update_obs_statistics(self, obs: torch.Tensor, critic_obs: torch.Tensor | None) -> None:
+    def _update_obs_statistics(self, obs: torch.Tensor, critic_obs: torch.Tensor | None,
+                               valid: torch.Tensor | None = None) -> None:
         if isinstance(self.obs_normalizer, EmpiricalNormalization):
-            self.obs_normalizer.update(obs)
+            self.obs_normalizer.update(obs, valid)
         if critic_obs is not None and isinstance(self.critic_obs_normalizer, EmpiricalNormalization):
-            self.critic_obs_normalizer.update(critic_obs)
+            self.critic_obs_normalizer.update(critic_obs, valid)
 
     # ----------------------------------------------------------------- update
     def update(self, batch: TensorDict) -> TensorDict:

@@ -117,7 +117,8 @@ class FastSAC(OffPolicyAlgorithm):
                     self.actor, self.critic, x.obs.detach(), x.critic_obs.detach(),
                     self.log_alpha.detach().exp(), cfg.use_cdq,
                 )
-            metrics.update(self._actor_step(policy_loss.float()))
+            actor_metrics = self._actor_step(policy_loss.float())  # not metrics.update(...): see fast_td3.py
+            metrics.update(actor_metrics)
             metrics["entropy"] = -log_probs.detach().float().mean()
         self._polyak_critic()
         return TensorDict(metrics, batch_size=[])

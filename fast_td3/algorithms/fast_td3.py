@@ -85,7 +85,11 @@ class FastTD3(OffPolicyAlgorithm):
         if update_actor:
             with self._autocast():
                 policy_loss = actor_loss(self.actor, self.critic, x.obs.detach(), x.critic_obs.detach(), cfg.use_cdq)
-            metrics.update(self._actor_step(policy_loss))
+            # Assigned first: `metrics.update(...)` would keep a per-call bound method on the stack
+            # across the graph break in backward(), and Dynamo recompiled the rest of the update on
+            # every call until its limit, then ran it eagerly (tests/test_hot_path.py pins this).
+            actor_metrics = self._actor_step(policy_loss)
+            metrics.update(actor_metrics)
             if self.target_actor is not None:
                 polyak_update_(self._target_actor_params, self._actor_params, cfg.tau)
         self._polyak_critic()

@@ -70,42 +70,37 @@ class EmpiricalNormalization(nn.Module):
         device) false, the batch counts as empty and changes nothing (`x` must be finite)."""
         x = x.reshape(-1, *self.mean.shape).float()
         n = x.shape[0]
-        if n == 0 and not self._distributed:  # an empty batch contributes nothing (a static shape)
-            return
+        # torch.full launches a fill; torch.tensor(python_number, device=cuda) would copy and sync.
+        count = torch.full((), float(n), dtype=torch.float64, device=x.device)
+        batch_mean = x.sum(dim=0) / max(n, 1)  # an empty batch contributes nothing
+        batch_m2 = ((x - batch_mean) ** 2).sum(dim=0)
+        if valid is not None:
+            count, batch_m2 = count * valid, batch_m2 * valid
         if self._distributed:
-            batch_mean, batch_m2 = _moments(x)
-            count = torch.full((), float(n), device=x.device)  # a fill, not a host-to-device copy
-            if valid is not None:
-                count, batch_m2 = count * valid, batch_m2 * valid
-            count, batch_mean, batch_m2 = _all_reduce_moments(count, batch_mean, batch_m2, self._group)
-            batch_var = batch_m2 / count.clamp_min(1)
-            self._merge(count.double(), batch_mean, batch_var)
-            return
-        batch_var, batch_mean = torch.var_mean(x, dim=0, correction=0)
-        count = float(n) if valid is None else valid * float(n)
-        self._merge(count, batch_mean, batch_var)
+            count32, batch_mean, batch_m2 = _all_reduce_moments(count.float(), batch_mean, batch_m2, self._group)
+            count = count32.double()
+        self._merge(count, batch_mean, batch_m2)
 
-    def _merge(self, batch_count: torch.Tensor | float, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
-        """Chan et al.'s merge as two lerps: mean and var move towards the batch's by its share w
-        of all samples; var also takes the spread of the two means, w (1 - w) delta^2."""
+    def _merge(self, batch_count: torch.Tensor, batch_mean: torch.Tensor, batch_m2: torch.Tensor) -> None:
+        # The same arithmetic, op for op, as before the NaN guard went on the device: the merge
+        # is Chan et al.'s and could be two lerps, but a rounding change alone moved the
+        # learning curves of the slow tier's tests (same maths, another trajectory).
+        old_count = self.count.float()
         total = self.count + batch_count
-        weight = (batch_count / total.clamp_min(1)).float()  # share of the new batch; 0 for an empty one
+        weight = (batch_count / total.clamp_min(1)).float()  # share of the new batch
+        delta = batch_mean - self.mean
+        new_mean = self.mean + delta * weight
+        new_m2 = self.var * old_count + batch_m2 + delta**2 * (old_count * weight)
+        new_var = torch.where(total > 0, new_m2 / total.clamp_min(1).float(), self.var)
         if self.until is not None:
             # Past `until` samples every statistic freezes; decided on the device, not the host.
-            weight = weight * (self.count < self.until)
-            total = self.count + batch_count * (self.count < self.until)
-        delta = batch_mean - self.mean
-        self.var.lerp_(batch_var + delta.square() * (1 - weight), weight)
-        self.mean.lerp_(batch_mean, weight)
+            active = self.count < self.until
+            new_mean = torch.where(active, new_mean, self.mean)
+            new_var = torch.where(active, new_var, self.var)
+            total = torch.where(active, total, self.count)
+        self.mean.copy_(new_mean)
+        self.var.copy_(new_var)
         self.count.copy_(total)
-
-
-def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, M2) of a batch `[N, ...]` over its first dimension; zeros for an empty batch."""
-    if x.shape[0] == 0:
-        return x.new_zeros(x.shape[1:]), x.new_zeros(x.shape[1:])
-    var, mean = torch.var_mean(x, dim=0, correction=0)
-    return mean, var * x.shape[0]
 
 
 def return_bound_of_support(v_min: float, v_max: float) -> float:

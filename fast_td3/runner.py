@@ -5,7 +5,7 @@ One runner serves every suite and every algorithm: it sees envs only through the
 `fast_td3.algorithms.OffPolicyAlgorithm` (explore, update, act, value, training state) and
 `ReplayBuffer`. A steady-state global step makes no host sync outside the env: the NaN guard
 screens on the device and is read at each log, the step's batches come from one gather, and
-with `algo.compile` the collect step around the env is compiled like the update. Everything
+with `algo.compile` the action is compiled like the update. Everything
 that needs the host (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the loop lives in modules
 of its own: episodes.py, guards.py, eval_diagnostics.py, run_state.py.
 """
@@ -81,9 +81,12 @@ class Runner:
         self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.episodes = EpisodeStats.zeros(env.num_envs, self.device)
         self.guard = FiniteGuard(env.num_envs, self.device) if cfg.check_finite else None
-        compile_collect = torch.compile if algo.compile else (lambda fn: fn)
-        self._explore = compile_collect(self.agent.explore)
-        self._absorb = compile_collect(self._absorb_step)
+        # With algo.compile the action (policy, noise) is compiled like the update. The statistics
+        # after the env step stay eager: torch 2.13's compile drops in-place writes to 0-dim
+        # float64 buffers on CPU (the normalisers' sample counts), which silently stopped their
+        # statistics accumulating (tests/test_hot_path.py checks the counts under compile).
+        self._explore = torch.compile(self.agent.explore) if algo.compile else self.agent.explore
+        self._absorb = self._absorb_step
         if hasattr(env, "record_gait_signals"):
             env.record_gait_signals(False)  # only evaluation reads them
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)

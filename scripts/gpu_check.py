@@ -132,7 +132,7 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     from sim2real import sim2sim
     from sim2real.export import export_bundle
 
-    steps = 20 if tiny else 2000
+    steps = 20 if tiny else 1000
     cfg = compose(["task=T1LowDimJoystickFlatTerrain", f"device={device}", f"total_steps={steps}", "eval_interval=0",
                    "save_interval=0", "logger.console=false", "env.options.push=false"]
                   + (["preset=cpu", "env.num_envs=2", "algo.batch_size=32", "algo.learning_starts=5"] if tiny else []))

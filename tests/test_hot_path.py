@@ -16,7 +16,7 @@ from fast_td3.replay import ReplayBuffer
 # Launch budgets per steady-state global step outside the env and the update, measured with
 # `python scripts/gpu_check.py --device cpu --tiny` (InvertedPendulum, symmetric critic): a
 # change that adds launches to the collect step or to sampling fails here, on purpose.
-COLLECT_LAUNCHES = {"fast_td3": 85, "fast_sac": 97}  # FastSAC draws a tanh-Gaussian action
+COLLECT_LAUNCHES = {"fast_td3": 100, "fast_sac": 112}  # FastSAC draws a tanh-Gaussian action
 SAMPLE_LAUNCHES = {1: 15, 3: 35}  # per global step, all its batches (num_updates 2)
 
 
@@ -189,3 +189,18 @@ def test_the_compiled_update_stops_compiling_after_its_variants(algo):
     for batch in batches[4:]:
         agent.update(batch)
     assert counters["frames"]["ok"] == compiled, "the update recompiled in steady state"
+
+
+def test_compiled_collect_keeps_the_statistics_accumulating(tmp_path):
+    """With algo.compile the normalisers still count every collected step (a compiled version of
+    the statistics once lost its writes to the 0-dim sample counts and learned nothing)."""
+    cfg = tiny_train_config(total_steps=100, compile=True, reward_normalization=True)
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    try:
+        obs, critic_obs = runner._reset_envs()
+        for _ in range(3):
+            obs, critic_obs = runner.collect(obs, critic_obs)
+    finally:
+        runner.env.close()
+    assert runner.agent.obs_normalizer.count.item() == 3 * cfg.env.num_envs
+    assert runner.agent.reward_normalizer.return_stats.count.item() == 3 * cfg.env.num_envs

@@ -111,7 +111,11 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
         runner.train()
         split_wall = time.perf_counter() - split_start
         clock.unwrap_runner(runner)
-        counts = count_global_steps(runner, steps=3, warmup=2)
+        try:  # under a dispatch mode compiled code may run differently; a failure here must not lose the rest
+            counts = count_global_steps(runner, steps=3, warmup=2)
+            hot_path = {"ops_per_step": {k: v / 3 for k, v in counts.ops.items()}, "host_syncs": counts.syncs}
+        except Exception as error:  # noqa: BLE001
+            hot_path = {"ops_per_step": {}, "host_syncs": [], "error": f"{type(error).__name__}: {error}"[:300]}
     finally:
         env.close()
         eval_env.close()
@@ -123,7 +127,7 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
             "batch": cfg.algo.batch_size, "compiled": cfg.algo.compile, "precision": runner.agent.precision.name,
             "global_steps_per_s": rate, "env_steps_per_s": rate * cfg.env.num_envs, "timed_steps": timed_steps,
             "curve": curve, "time_shares": shares, **memory,
-            "hot_path": {"ops_per_step": {k: v / 3 for k, v in counts.ops.items()}, "host_syncs": counts.syncs}}
+            "hot_path": hot_path}
 
 
 def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
@@ -177,7 +181,8 @@ def markdown(report: dict) -> str:
                                            for p in thinned(t["curve"])) + " |",
              "| hot path per global step | " + ", ".join(f"{k} {v:.0f} launches" for k, v in
                                                          t["hot_path"]["ops_per_step"].items())
-             + f", {len(t['hot_path']['host_syncs'])} host syncs outside the env |",
+             + f", {len(t['hot_path']['host_syncs'])} host syncs outside the env"
+             + (f" (count failed: {t['hot_path']['error']})" if "error" in t["hot_path"] else "") + " |",
              f"| peak memory | device {t.get('device_peak_mb', float('nan')):.0f} MB, host {t['host_peak_mb']:.0f} MB |",
              f"| sim-to-sim | {s['task']} after {s['steps']} steps: exported and gated in {s['export_and_gate_s']:.1f} s "
              f"(passed: {s['trained_gate_passed']}, {s['trained_seconds_walked']:.1f} s walked); shipped t1_flat "

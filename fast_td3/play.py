@@ -95,61 +95,6 @@ def play(
     }
 
 
-def is_bundle(path: str | Path) -> bool:
-    from sim2real.sim2sim import bundle_path
-
-    path = bundle_path(path)
-    return path.is_dir() and all((path / name).is_file() for name in ("policy.pt", "meta.json", "T1.yaml"))
-
-
-def play_bundle(path: str | Path, seconds: float | None = None, video: str | Path | None = None,
-                fps: int | None = None) -> dict:
-    """The sim-to-sim joystick sequence of a T1 bundle, watched in MuJoCo's viewer or recorded."""
-    from sim2real import sim2sim
-
-    bundle = sim2sim.load_bundle(path)
-    seconds = float(seconds or 10.0)
-    control_rate = round(1 / bundle.control().ctrl_dt)
-    fps = fps or 25
-    every = max(1, round(control_rate / fps))
-    frames, renderer, camera, viewer, count = [], None, None, None, [0]
-
-    def on_step(robot) -> None:
-        nonlocal renderer, camera, viewer
-        count[0] += 1
-        if video is None:
-            if viewer is None:
-                import mujoco.viewer
-
-                viewer = mujoco.viewer.launch_passive(robot.model, robot.data)
-            viewer.sync()
-            return
-        if count[0] % every:
-            return
-        import mujoco
-
-        if renderer is None:
-            renderer = mujoco.Renderer(robot.model, height=360, width=480)
-            camera = mujoco.MjvCamera()
-            camera.type, camera.trackbodyid = mujoco.mjtCamera.mjCAMERA_TRACKING, 1
-            camera.distance, camera.elevation, camera.azimuth = 3.0, -15.0, 135.0
-        renderer.update_scene(robot.data, camera)
-        frames.append(renderer.render().copy())
-
-    try:
-        report = sim2sim.run(bundle, seconds=seconds, on_step=on_step)
-    finally:
-        if viewer is not None:
-            viewer.close()
-        if renderer is not None:
-            renderer.close()
-    sim2sim.print_report(report)
-    if video is not None:
-        write_video(frames, Path(video), fps)
-    return {"bundle": str(path), "seconds_per_segment": seconds, "passed": report.passed,
-            "seconds_walked": round(report.seconds_walked, 2), "video": str(video) if video else None}
-
-
 def cli(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -176,6 +121,8 @@ def cli(argv: list[str] | None = None) -> None:
         if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
             parser.error('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
     try:
+        from sim2real.watch import is_bundle, play_bundle  # the simulator stays out of fast_td3/
+
         if is_bundle(args.checkpoint):
             result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps)
         else:

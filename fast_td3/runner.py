@@ -86,7 +86,6 @@ class Runner:
         # float64 buffers on CPU (the normalisers' sample counts), which silently stopped their
         # statistics accumulating (tests/test_hot_path.py checks the counts under compile).
         self._explore = torch.compile(self.agent.explore) if algo.compile else self.agent.explore
-        self._absorb = self._absorb_step
         if hasattr(env, "record_gait_signals"):
             env.record_gait_signals(False)  # only evaluation reads them
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
@@ -176,7 +175,7 @@ class Runner:
         if critic_obs is not None:
             transition[keys.CRITIC_OBS] = critic_obs
             transition[keys.NEXT_CRITIC_OBS] = step["final critic observations"]
-        self._absorb(obs, critic_obs, step["rewards"], dones, valid, extras.get(EPISODE))
+        self._absorb_step(obs, critic_obs, step["rewards"], dones, valid, extras.get(EPISODE))
         self.buffer.extend(transition, valid)
         return step["observations"], step["critic observations"]
 

@@ -296,7 +296,7 @@ def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat
 
 
 class GaitSignals:
-    """What the gait metrics read from a Playground state (`fast_td3/gait_metrics.py` names).
+    """What the gait metrics read from a Playground state (`fast_td3/analysis/gait_metrics.py` names).
 
     For tasks whose model starts with a free joint (humanoids, quadrupeds, DM Control's
     walkers): the base's heading-frame velocity, yaw rate, height, position and projected
@@ -560,7 +560,7 @@ class PlaygroundVecEnv:
         self._with_gait = bool(on)
 
     def gait_signals(self) -> dict[str, Any]:
-        """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`): the floating
+        """Gait-metric signals of the step just taken (`fast_td3/analysis/gait_metrics.py`): the floating
         base, joints and torques of locomotion tasks, plus feet where the task names them; rows
         of envs that finished describe their last state before the reset. Empty for tasks
         without a floating base."""

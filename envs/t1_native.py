@@ -220,7 +220,7 @@ class T1NativeVecEnv:
                 torch.from_numpy(dones).to(self.device), extras)
 
     def gait_signals(self) -> dict[str, Any]:
-        """Gait-metric signals of the step just taken (`fast_td3/gait_metrics.py`), as the MJX
+        """Gait-metric signals of the step just taken (`fast_td3/analysis/gait_metrics.py`), as the MJX
         backend gives them (the same `GaitSignals` reader); rows of envs that finished describe
         their last state before the reset."""
         if self._last is None:

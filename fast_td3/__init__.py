@@ -1,24 +1,27 @@
 """fast-td3: the FastTD3 and FastSAC learners, independent of any simulator.
 
-The public classes load on first use, so `import fast_td3.config` (the command-line
-checks) does not import torch.
+Three parts, each importing only from the ones before it:
+- `fast_td3.learner`: networks, algorithms, replay, normalisation, exploration, precision;
+- `fast_td3.training`: the application that trains (CLI, config, runner, checkpoints, logging);
+- `fast_td3.analysis`: tools that read runs (eval, play, report, gait metrics, diagnostics).
+The public classes below load on first use, so `import fast_td3` does not import torch.
 """
 
 from importlib import import_module
 
 __version__ = "0.1.0"
 _EXPORTS = {
-    "FastTD3": "fast_td3.algorithms.fast_td3",
-    "FastSAC": "fast_td3.algorithms.fast_sac",
-    "make_algorithm": "fast_td3.algorithms",
-    "AlgoConfig": "fast_td3.config",
-    "PerEnvGaussianNoise": "fast_td3.exploration",
-    "Actor": "fast_td3.networks",
-    "DistributionalCritic": "fast_td3.networks",
-    "project_distribution": "fast_td3.networks",
-    "EmpiricalNormalization": "fast_td3.normalization",
-    "RewardNormalization": "fast_td3.normalization",
-    "ReplayBuffer": "fast_td3.replay",
+    "FastTD3": "fast_td3.learner.algorithms.fast_td3",
+    "FastSAC": "fast_td3.learner.algorithms.fast_sac",
+    "make_algorithm": "fast_td3.learner.algorithms",
+    "AlgoConfig": "fast_td3.learner.config",
+    "PerEnvGaussianNoise": "fast_td3.learner.exploration",
+    "Actor": "fast_td3.learner.networks",
+    "DistributionalCritic": "fast_td3.learner.networks",
+    "project_distribution": "fast_td3.learner.networks",
+    "EmpiricalNormalization": "fast_td3.learner.normalization",
+    "RewardNormalization": "fast_td3.learner.normalization",
+    "ReplayBuffer": "fast_td3.learner.replay",
 }
 __all__ = list(_EXPORTS)
 

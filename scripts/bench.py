@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_envs import stepped_rate  # noqa: E402
 from bench_update import PLAYGROUND_SHAPES, synchronize, synthetic_batch  # noqa: E402
 
-from fast_td3.agent import FastTD3  # noqa: E402
-from fast_td3.config import AlgoConfig  # noqa: E402
-from fast_td3.precision import cpu_model, resolve_precision  # noqa: E402
+from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
+from fast_td3.learner.config import AlgoConfig  # noqa: E402
+from fast_td3.learner.precision import cpu_model, resolve_precision  # noqa: E402
 
 GPU_BF16_PEAK_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
                         "RTX 4090": 165.0, "A10": 125.0}
@@ -194,8 +194,8 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
     from omegaconf import OmegaConf
 
     from envs.registry import make_env
-    from fast_td3.runner import Runner
-    from fast_td3.train import CONF_DIR
+    from fast_td3.training.runner import Runner
+    from fast_td3.training.train import CONF_DIR
 
     overrides = [f"task={task}", "preset=cpu", "logger.console=false", "eval_interval=0", "save_interval=0",
                  f"total_steps={warmup_steps}", f"device={device}"]

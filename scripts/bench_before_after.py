@@ -5,7 +5,7 @@
         --case "HalfCheetah-v5 preset=cpu" --case "CheetahRun preset=cpu env.num_envs=1024"
 
 `--base` is checked out into a temporary git worktree; each case then trains alternately with
-the base tree and this one (`python -m fast_td3.train` with PYTHONPATH set to the tree, same
+the base tree and this one (`python -m fast_td3.training.train` with PYTHONPATH set to the tree, same
 venv, same seed), `--rounds` times, and reads `perf/global_steps_per_s` from each run's
 metrics.jsonl (the log intervals after the first, so compilation and buffer filling are out).
 Prints the median of each side and their ratio; the CPU model is named beside them.
@@ -26,14 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fast_td3.precision import cpu_model  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
 
 DEFAULT_CASES = ["HalfCheetah-v5 preset=cpu", "CheetahRun preset=cpu env.num_envs=1024"]
 
 
 def run_once(tree: Path, case: str, steps: int, out: Path) -> float:
     task, *overrides = shlex.split(case)
-    command = [sys.executable, "-m", "fast_td3.train", f"task={task}", *overrides, f"total_steps={steps}",
+    command = [sys.executable, "-m", "fast_td3.training.train", f"task={task}", *overrides, f"total_steps={steps}",
                "eval_interval=0", "save_interval=0", "logger.console=false", f"out_dir={out}"]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)

@@ -38,7 +38,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fast_td3.precision import cpu_model  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
 
 
 def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict[str, float]:
@@ -134,9 +134,9 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     import envpool
 
     from envs.playground_envpool import default_threads, env_seeds, envpool_id, lean_base_path
-    from fast_td3.agent import FastTD3
-    from fast_td3.config import AlgoConfig
-    from fast_td3.replay import ReplayBuffer
+    from fast_td3.learner.algorithms.fast_td3 import FastTD3
+    from fast_td3.learner.config import AlgoConfig
+    from fast_td3.learner.replay import ReplayBuffer
 
     cfg = AlgoConfig(precision="auto", compile=False, batch_size=2048, actor_hidden_dims=[256, 128],
                      critic_hidden_dims=[256, 256])
@@ -182,10 +182,10 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
 
 
 def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "fast_td3.train", f"task={task}", "preset=cpu", f"env.num_envs={num_envs}",
+        command = [sys.executable, "-m", "fast_td3.training.train", f"task={task}", "preset=cpu", f"env.num_envs={num_envs}",
                    f"env.options.backend={backend}", f"total_steps={steps}", f"logger.log_interval={steps // 5}",
                    f"eval_interval={steps * 10}", f"save_interval={steps * 10}", "logger.console=false",
                    f"out_dir={out}"]

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_update import PLAYGROUND_SHAPES, synthetic_batch  # noqa: E402
 
 from envs.gymnasium import GymnasiumVecEnv  # noqa: E402
-from fast_td3.agent import FastTD3  # noqa: E402
-from fast_td3.config import AlgoConfig  # noqa: E402
+from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
+from fast_td3.learner.config import AlgoConfig  # noqa: E402
 
 
 def sequential(env, agent, batch, actions, updates: int) -> None:

@@ -25,13 +25,13 @@ DEFAULT_OVERRIDES = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=16"
 
 
 def run(ranks: int, steps: int, overrides: list[str]) -> dict[str, float]:
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     with tempfile.TemporaryDirectory() as out:
-        launcher = [sys.executable, "-m", "fast_td3.train"]
+        launcher = [sys.executable, "-m", "fast_td3.training.train"]
         if ranks > 1:
             launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-                        "-m", "fast_td3.train"]
+                        "-m", "fast_td3.training.train"]
         command = [*launcher, *overrides, f"total_steps={steps}", f"logger.log_interval={max(steps // 5, 1)}",
                    f"eval_interval={steps * 10}", f"save_interval={steps * 10}", "logger.console=false",
                    f"out_dir={out}"]

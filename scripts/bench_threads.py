@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fast_td3.precision import cpu_model  # noqa: E402
-from fast_td3.threads import THREADS_ENV, cores_available  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.training.threads import THREADS_ENV, cores_available  # noqa: E402
 
 BIN = Path(sys.executable).parent
 RUN = ["preset=cpu", "task=HalfCheetah-v5", "eval_interval=0", "save_interval=0", "logger.console=false",
@@ -51,7 +51,7 @@ def sweep(jobs: int, steps: int, threads: int | None, root: Path) -> float:
 
 def torchrun(ranks: int, steps: int, threads: int | None, root: Path) -> float:
     env = {**os.environ, **({THREADS_ENV: str(threads)} if threads else {})}
-    subprocess.run([str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={ranks}", "-m", "fast_td3.train",
+    subprocess.run([str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={ranks}", "-m", "fast_td3.training.train",
                     *RUN, f"total_steps={steps}", f"hydra.run.dir={root / 'run'}"],
                    env=env, check=True, capture_output=True, text=True)
     return steps_per_second([root / "run"])

@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from fast_td3.agent import FastTD3
-from fast_td3.config import AlgoConfig
-from fast_td3.precision import cpu_model, resolve_precision
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.algorithms.fast_td3 import FastTD3
+from fast_td3.learner.config import AlgoConfig
+from fast_td3.learner.precision import cpu_model, resolve_precision
+from fast_td3.learner.replay import ReplayBuffer
 
 MODES = {  # name -> (precision, compile)
     "eager fp32": ("fp32", False),

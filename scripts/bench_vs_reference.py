@@ -43,10 +43,10 @@ from tensordict import TensorDict
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_update import synchronize  # noqa: E402
 
-from fast_td3 import replay as keys  # noqa: E402
-from fast_td3.agent import FastTD3  # noqa: E402
-from fast_td3.config import AlgoConfig  # noqa: E402
-from fast_td3.replay import ReplayBuffer  # noqa: E402
+from fast_td3.learner import batch as keys  # noqa: E402
+from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
+from fast_td3.learner.config import AlgoConfig  # noqa: E402
+from fast_td3.learner.replay import ReplayBuffer  # noqa: E402
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 

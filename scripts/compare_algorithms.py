@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fast_td3.precision import cpu_model  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ALGORITHMS = ("fast_td3", "fast_sac")

@@ -45,10 +45,10 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from fast_td3 import replay as keys
-from fast_td3.algorithms.fast_sac import FastSAC
-from fast_td3.config import AlgoConfig, FastSACConfig
-from fast_td3.precision import cpu_model
+from fast_td3.learner import batch as keys
+from fast_td3.learner.algorithms.fast_sac import FastSAC
+from fast_td3.learner.config import AlgoConfig, FastSACConfig
+from fast_td3.learner.precision import cpu_model
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 SAC_DIR = Path("src/holosoma/holosoma/agents/fast_sac")

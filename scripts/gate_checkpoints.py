@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fast_td3.logging import read_metrics  # noqa: E402
+from fast_td3.training.metrics_log import read_metrics  # noqa: E402
 from sim2real import sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 

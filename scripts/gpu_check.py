@@ -17,7 +17,7 @@ What it measures, each in this one run:
    eval-return curve, then one more chunk timed per phase (env, act, store, sample, update,
    log; device-synchronised, so it reads as shares, not as throughput).
 3. **Hot path**: aten launches per steady-state global step outside the env (collect, sample,
-   update) and host syncs outside the env (`fast_td3/hot_path.py`; the test pins them).
+   update) and host syncs outside the env (`fast_td3/analysis/hot_path.py`; the test pins them).
 4. **Peak memory** of the device (and the host process).
 5. **Sim-to-sim**: `T1LowDimJoystickFlatTerrain` trained briefly on this device, exported, and
    run through `fast-td3-sim2sim` (5 s segments; an untrained policy is expected to fail the
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 import bench  # noqa: E402
 from bench_update import synchronize  # noqa: E402
 
-from fast_td3.precision import cpu_model  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
 
 REFERENCE = ["task=T1JoystickFlatTerrain", "algo.compile=true", "logger.console=false", "eval_episodes=128",
              "save_interval=0", "eval_interval=0"]
@@ -59,7 +59,7 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from fast_td3.train import CONF_DIR
+    from fast_td3.training.train import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_object(hydra_compose("train", overrides))
@@ -77,9 +77,9 @@ def check_updates(device: torch.device, tiny: bool, seconds: float) -> dict:
 
 def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps: int, run_dir: Path) -> dict:
     from envs.registry import make_env
-    from fast_td3.evaluation import eval_seed
-    from fast_td3.hot_path import count_global_steps
-    from fast_td3.runner import Runner
+    from fast_td3.training.evaluation import eval_seed
+    from fast_td3.analysis.hot_path import count_global_steps
+    from fast_td3.training.runner import Runner
 
     cfg = compose((TINY if tiny else REFERENCE) + [f"device={device}", f"total_steps={chunk_steps}"])
     env = make_env(cfg.env.suite, cfg.env.task, cfg.env.num_envs, cfg.seed, device, **cfg.env.adapter_options())
@@ -132,7 +132,7 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
 
 def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     from envs.registry import make_env
-    from fast_td3.runner import Runner
+    from fast_td3.training.runner import Runner
     from sim2real import sim2sim
     from sim2real.export import export_bundle
 

@@ -28,8 +28,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fast_td3.logging import json_safe, read_metrics  # noqa: E402
-from fast_td3.precision import cpu_model  # noqa: E402
+from fast_td3.training.metrics_log import json_safe, read_metrics  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
 from sim2real import sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 

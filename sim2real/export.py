@@ -89,7 +89,7 @@ def _check_sizes(checkpoint: dict, task: str) -> int:
 
 def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(mean, std, eps) that reproduce `agent.obs_normalizer` on the CPU in float32."""
-    from fast_td3.normalization import EmpiricalNormalization
+    from fast_td3.learner.normalization import EmpiricalNormalization
 
     normalizer = agent.obs_normalizer
     if isinstance(normalizer, EmpiricalNormalization):
@@ -209,7 +209,7 @@ def _self_check(policy: DeployPolicy, agent, device: torch.device, onnx_bytes: b
 # --------------------------------------------------------------------------- writing
 def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
     """Write `files` into a temporary sibling of `out`, then rename it into place."""
-    from fast_td3.checkpoint import _fsync_dir, atomic_write_bytes
+    from fast_td3.training.checkpoint import _fsync_dir, atomic_write_bytes
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -255,8 +255,8 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     """
     import yaml
 
-    from fast_td3.device import resolve_device
-    from fast_td3.evaluate_checkpoint import load_checkpoint, load_policy
+    from fast_td3.learner.device import resolve_device
+    from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 
     out = Path(out).expanduser().absolute()
     _check_out(out, force)

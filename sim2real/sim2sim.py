@@ -37,7 +37,7 @@ import mujoco
 import numpy as np
 import yaml
 
-from fast_td3.logging import json_safe
+from fast_td3.training.metrics_log import json_safe
 from sim2real import t1
 
 SEGMENTS = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import mujoco
 
-from fast_td3.evaluation import write_video
+from fast_td3.training.evaluation import write_video
 from sim2real import sim2sim
 
 

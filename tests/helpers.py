@@ -3,8 +3,8 @@
 import torch
 from tensordict import TensorDict
 
-from fast_td3.config import FAST_TD3_KEYS, AlgoConfig, FastSACConfig, FastTD3Config
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.config import FAST_TD3_KEYS, AlgoConfig, FastSACConfig, FastTD3Config
+from fast_td3.learner.replay import ReplayBuffer
 
 
 def tiny_config(**overrides) -> AlgoConfig:
@@ -72,7 +72,7 @@ def fill_buffer(buffer: ReplayBuffer, steps: int, seed: int = 0) -> None:
 
 def tiny_train_config(total_steps=30, seed=0, num_envs=4, **algo_overrides):
     """A short InvertedPendulum run with the tiny learner (eager fp32, no console)."""
-    from fast_td3.config import EnvConfig, LoggerConfig, TrainConfig
+    from fast_td3.training.config import EnvConfig, LoggerConfig, TrainConfig
 
     algo = dict(batch_size=64, buffer_size=200, learning_starts=4, v_min=-10.0, v_max=110.0)
     algo.update(algo_overrides)
@@ -92,8 +92,8 @@ def tiny_train_config(total_steps=30, seed=0, num_envs=4, **algo_overrides):
 def make_runner(cfg, run_dir, eval_env=True):
     """A Runner over real gymnasium envs built the way `fast-td3-train` builds them."""
     from envs.gymnasium import GymnasiumVecEnv
-    from fast_td3.evaluation import eval_seed
-    from fast_td3.runner import Runner
+    from fast_td3.training.evaluation import eval_seed
+    from fast_td3.training.runner import Runner
 
     env = GymnasiumVecEnv(cfg.env.task, cfg.env.num_envs, seed=cfg.seed, **cfg.env.adapter_options())
     evaluation = None

@@ -7,17 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from fast_td3.agent import (
-    FastTD3,
-    LearningRateSchedule,
-    actor_loss,
-    bootstrap_mask,
-    polyak_update_,
-    target_distribution,
-)
-from fast_td3.algorithms import make_algorithm
-from fast_td3.networks import DistributionalCritic, project_distribution
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.algorithms.base import LearningRateSchedule, bootstrap_mask, polyak_update_, target_distribution
+from fast_td3.learner.algorithms.fast_td3 import FastTD3, actor_loss
+from fast_td3.learner.algorithms import make_algorithm
+from fast_td3.learner.networks import DistributionalCritic, project_distribution
+from fast_td3.learner.replay import ReplayBuffer
 from helpers import assert_updates_continue_identically, fill_buffer, random_batch, tiny_config
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fast_td3 import checkpoint as ckpt
-from fast_td3.evaluate_checkpoint import evaluate_checkpoint, load_checkpoint, load_policy
-from fast_td3.logging import read_metrics
-from fast_td3.run_state import CheckpointMismatchError
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.analysis.evaluate_checkpoint import evaluate_checkpoint, load_checkpoint, load_policy
+from fast_td3.training.metrics_log import read_metrics
+from fast_td3.training.run_state import CheckpointMismatchError
 from helpers import make_runner, tiny_train_config
 
 SAC = dict(name="fast_sac", activation="silu", layer_norm=True, use_cdq=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fast_td3 import checkpoint as ckpt
+from fast_td3.training import checkpoint as ckpt
 
 BIN = Path(sys.executable).parent
 TRAIN, EVAL, PLAY, EXPORT = (str(BIN / name) for name in
@@ -272,7 +272,7 @@ def test_a_run_folder_is_never_trained_into_again(run_copy):
 
 # ------------------------------------------------------------------ run folders
 def test_ctrl_c_before_the_first_checkpoint_leaves_a_reusable_folder(tmp_path):
-    interrupted = site_hook(tmp_path / "hook", "fast_td3.runner:Runner", """
+    interrupted = site_hook(tmp_path / "hook", "fast_td3.training.runner:Runner", """
 def _interrupted(self):
     raise KeyboardInterrupt
 m.Runner.train = _interrupted
@@ -287,7 +287,7 @@ m.Runner.train = _interrupted
 
 
 def test_a_full_disk_at_a_save_is_reported_as_such_and_keeps_the_last_good_checkpoint(tmp_path):
-    full_disk = site_hook(tmp_path / "hook", "fast_td3.checkpoint:CheckpointManager", f"""
+    full_disk = site_hook(tmp_path / "hook", "fast_td3.training.checkpoint:CheckpointManager", f"""
 _save = m.save_atomic
 def _save_until_full(state, path):
     if state["global_step"] >= 10:
@@ -318,7 +318,7 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
 
 
 def test_run_folder_names_are_claimed_atomically(tmp_path):
-    from fast_td3.train import claim_run_dir
+    from fast_td3.training.train import claim_run_dir
 
     stamp = "2026-12-01_12-00-00"
     claimed = [claim_run_dir(tmp_path, stamp, 3) for _ in range(3)]

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench  # noqa: E402
 from bench_update import synthetic_batch  # noqa: E402
-from fast_td3.config import AlgoConfig  # noqa: E402
+from fast_td3.learner.config import AlgoConfig  # noqa: E402
 
 
 def test_update_flops_scale_with_the_batch_and_count_the_matmuls():

@@ -6,7 +6,7 @@ import errno
 import pytest
 import torch
 
-from fast_td3 import checkpoint as ckpt
+from fast_td3.training import checkpoint as ckpt
 
 
 def state_of(step=0, task="InvertedPendulum-v5", **extra):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fast_td3 import checkpoint as ckpt
-from fast_td3.logging import read_metrics
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.metrics_log import read_metrics
 
 BIN = Path(sys.executable).parent
 TRAIN = str(BIN / "fast-td3-train")
@@ -36,7 +36,7 @@ def test_help_and_cfg_job_show_the_composed_config(tmp_path):
     helped = run([TRAIN, "--help"], tmp_path)
     assert helped.returncode == 0
     assert "HalfCheetah-v5" in helped.stdout and "preset: cpu" in helped.stdout
-    # every key with its default and the one-line doc from fast_td3/config.py
+    # every key with its default and the one-line doc from fast_td3/training/config.py
     assert "algo.batch_size = 32768\n      Transitions per update" in helped.stdout
     assert "logger.wandb_mode = disabled\n      wandb:" in helped.stdout
     shown = run([TRAIN, "--cfg", "job", "task=HalfCheetah-v5", "preset=cpu", "seed=7"], tmp_path)
@@ -61,7 +61,7 @@ def test_mistyped_key_is_named_with_a_suggestion(tmp_path):
 
 
 def test_hydra_syntax_passes_the_friendly_checks():
-    from fast_td3.train import check_command_line
+    from fast_td3.training.train import check_command_line
 
     for fine in (["hydra/job_logging=disabled"], ["task=choice(Hopper-v5,Ant-v5)"], ["task=glob(*)"],
                  ["+env.options.env_kwargs.ctrl_cost_weight=0"], ["task=Hopper-v5,Ant-v5", "seed=1,2"],
@@ -310,7 +310,7 @@ def test_reward_presets_and_scales_compose_without_plus(tmp_path):
 
 
 def test_reward_scales_reach_training_envs_but_not_evaluation():
-    from fast_td3.config import EnvConfig
+    from fast_td3.training.config import EnvConfig
 
     cfg = EnvConfig(suite="playground", task="T1JoystickFlatTerrain", reward_scales={"pose": -2.0},
                     options={"push": True}, eval_options={"push": False})
@@ -320,7 +320,7 @@ def test_reward_scales_reach_training_envs_but_not_evaluation():
 
 
 def test_keys_below_free_form_dicts_are_added_for_the_user():
-    from fast_td3.train import add_to_free_form_dicts
+    from fast_td3.training.train import add_to_free_form_dicts
 
     assert add_to_free_form_dicts("env.reward_scales.pose=-1") == "++env.reward_scales.pose=-1"
     assert add_to_free_form_dicts("env.options.impl=warp") == "++env.options.impl=warp"

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from fast_td3.device import DeviceError, resolve_device
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.device import DeviceError, resolve_device
+from fast_td3.learner.replay import ReplayBuffer
 
 
 def test_auto_picks_cuda_only_when_present():

@@ -18,8 +18,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from helpers import random_batch, tiny_config
 
-from fast_td3 import distributed
-from fast_td3.agent import FastTD3
+from fast_td3.training import distributed
+from fast_td3.learner.algorithms.fast_td3 import FastTD3
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS, BATCH = 6, 9, 3, 32
@@ -136,7 +136,7 @@ COMMON = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=4", "algo.batc
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "fast_td3.train", *args]
+               "-m", "fast_td3.training.train", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
 
@@ -145,7 +145,7 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     """One run folder for the job, metrics and checkpoints from rank 0, evaluation over
     both ranks' episodes, env steps counted over both ranks; a resume on 2 ranks continues
     from rank 0's checkpoint (replicas are checked identical at every checkpoint)."""
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     first = torchrun(*COMMON, "total_steps=40", f"out_dir={tmp_path}")
     assert first.returncode == 0, first.stderr[-4000:]
@@ -175,7 +175,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoin
     import time
 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "fast_td3.train", *COMMON, "total_steps=100000", "eval_interval=0", "save_interval=0",
+               "-m", "fast_td3.training.train", *COMMON, "total_steps=100000", "eval_interval=0", "save_interval=0",
                f"out_dir={tmp_path}"]
     job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -23,9 +23,9 @@ import test_env_gymnasium
 from env_conformance import assert_step_identically
 from envs.humanoid_bench import GaitSignals, HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
-from fast_td3 import gait_metrics as gm
+from fast_td3.analysis import gait_metrics as gm
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
-from fast_td3.train import CONF_DIR, check_command_line
+from fast_td3.training.train import CONF_DIR, check_command_line
 
 HAVE_HUMANOID_BENCH = importlib.util.find_spec("humanoid_bench") is not None
 needs_humanoid_bench = pytest.mark.skipif(
@@ -568,7 +568,7 @@ def test_registered_time_limits_match_ours_and_unknown_ids_are_named():
 def test_a_short_training_run_starts_logs_and_films_its_evaluation(tmp_path):
     import imageio.v3 as imageio
 
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
         [str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "preset=cpu", "env.num_envs=4",

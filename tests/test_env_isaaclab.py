@@ -21,8 +21,8 @@ from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIO
 from envs.registry import EnvOptionError
 from fake_isaaclab import (BASE_HEIGHT, GAIN, LIMIT, FakeEnvCfg, FakeManagerBasedRLEnv, RewardTermCfg, SceneCfg,
                            point_mass_step)
-from fast_td3.config import EnvConfig
-from fast_td3.logging import read_metrics
+from fast_td3.training.config import EnvConfig
+from fast_td3.training.metrics_log import read_metrics
 from helpers import tiny_train_config
 
 BIN = Path(sys.executable).parent
@@ -107,7 +107,7 @@ class TestIsaacLabResetObservationPolicy(EnvContractTests):
 def test_runner_stores_isaac_lab_time_outs_as_terminations(tmp_path):
     """Through the runner: a time-out of an env without final observations is stored as
     terminated, so the TD target never uses the reset observation."""
-    from fast_td3.runner import Runner
+    from fast_td3.training.runner import Runner
 
     cfg = tiny_train_config(total_steps=10)
     env = fake_adapter(num_envs=4, max_episode_steps=5)
@@ -192,7 +192,7 @@ def test_a_finite_horizon_time_limit_does_not_bootstrap():
 
 def test_eval_tells_time_limits_from_falls_when_time_outs_are_not_reported():
     """no_bootstrap: the learner sees every end as a termination, the fall rate only the env's own."""
-    from fast_td3.evaluation import run_episodes
+    from fast_td3.training.evaluation import run_episodes
 
     env = fake_adapter(num_envs=4, max_episode_steps=3)
     assert env.final_observations == "no_bootstrap"
@@ -207,7 +207,7 @@ def test_training_on_isaac_lab_makes_one_simulation_per_process(tmp_path, monkey
     separate eval envs for it (the fake refuses a second one as Isaac Lab does)."""
     import envs.isaaclab as isaaclab
     import envs.registry as registry
-    from fast_td3.train import build_and_train
+    from fast_td3.training.train import build_and_train
 
     made = []
     monkeypatch.setattr(FakeManagerBasedRLEnv, "live", 0)  # other tests leave fakes open
@@ -338,7 +338,7 @@ def test_render_frames_of_env_zero():
 
 def test_suite_presets_compose_with_the_reference_overrides():
     from hydra import compose, initialize_config_dir
-    from fast_td3.train import CONF_DIR
+    from fast_td3.training.train import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         lift = compose("train", ["task=Isaac-Lift-Cube-Franka-v0"])
@@ -372,7 +372,7 @@ def test_a_missing_suite_prints_its_install_instructions(tmp_path, task, package
 
 def test_runner_trains_on_the_fake_and_checkpoints(tmp_path):
     """End to end on the API: collect, update, evaluate on a second env, checkpoint."""
-    from fast_td3.runner import Runner
+    from fast_td3.training.runner import Runner
 
     cfg = tiny_train_config(total_steps=40)
     cfg.eval_interval, cfg.save_interval = 20, 20
@@ -581,7 +581,7 @@ def test_runner_logs_gait_metrics_through_the_hook(tmp_path, auto_reset):
     a fall and every torque saturated. The joint limits are the square, so only the terminal
     rows (exact final observations) lie outside them; with the env's own reset they repeat
     the state before the last step, which lies inside."""
-    from fast_td3.runner import Runner
+    from fast_td3.training.runner import Runner
 
     cfg = tiny_train_config(total_steps=20)
     cfg.eval_interval = 20

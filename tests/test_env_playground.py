@@ -183,7 +183,7 @@ def test_push_switch_maps_to_the_tasks_own_key():
 def test_unknown_reward_term_from_the_command_line(tmp_path):
     """No `+` needed for a reward scale; a typo exits 2 listing the valid terms, before any compile."""
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu", "env.options.backend=mjx",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "preset=cpu", "env.options.backend=mjx",
          "env.reward_scales.feet_slipp=-1", f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
@@ -237,7 +237,7 @@ def test_made_through_the_registry_with_a_clear_error_for_unknown_options():
 
 
 def test_every_playground_task_has_a_preset_and_every_preset_is_a_task():
-    from fast_td3.train import task_suites
+    from fast_td3.training.train import task_suites
 
     presets = {task for task, suite in task_suites().items() if suite == "playground"}
     assert presets == set(tasks())
@@ -312,10 +312,10 @@ def test_render_shows_the_env_state():
 def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path):
     """End to end on Playground: the train/eval envs, per-episode reward terms in
     metrics.jsonl, and a video of each evaluation in the run folder."""
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.train", f"task={DMC_TASK}", "preset=cpu", "env.num_envs=4",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={DMC_TASK}", "preset=cpu", "env.num_envs=4",
          "env.max_episode_steps=20", "total_steps=60", "eval_interval=30", "save_interval=60", "eval_episodes=2",
          "eval_video=true", "logger.log_interval=20", "algo.batch_size=64", "algo.learning_starts=5",
          f"out_dir={tmp_path}"],
@@ -340,10 +340,10 @@ def test_asymmetric_humanoid_trains_through_the_cli_with_tuned_rewards(tmp_path)
     """T1 end to end on MJX (on a CPU `auto` would pick EnvPool): privileged critic
     observations (only their tail stored), the tuned reward plus a command-line scale in the
     training envs, time-outs every 10 steps."""
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.train", f"task={HUMANOID_TASK}", "preset=cpu", "reward=tuned",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "preset=cpu", "reward=tuned",
          "env.options.backend=mjx",
          "env.reward_scales.action_rate=-0.2", "env.num_envs=4", "eval_episodes=4", "env.max_episode_steps=10",
          "total_steps=30", "eval_interval=30", "save_interval=30", "logger.log_interval=10", "algo.batch_size=64",
@@ -395,11 +395,11 @@ def test_learns_walker_stand_on_cpu(tmp_path):
     steps, about 2 minutes here): the deterministic eval return reaches 3x that of the
     zero-action policy from the same initial states (about 60: the walker collapses), about
     180. Measured: 95, 121, 144, 170, 169, 221 at evaluations 500..3000."""
-    from fast_td3.evaluation import eval_seed, run_episodes
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.evaluation import eval_seed, run_episodes
+    from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.train", f"task={LEARNING_TASK}", "preset=cpu", *LEARNING_OVERRIDES,
+        [sys.executable, "-m", "fast_td3.training.train", f"task={LEARNING_TASK}", "preset=cpu", *LEARNING_OVERRIDES,
          f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=1500,
     )

@@ -16,8 +16,8 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
 import sim2real.t1  # noqa: E402
-from fast_td3 import checkpoint as ckpt  # noqa: E402
-from fast_td3.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
+from fast_td3.training import checkpoint as ckpt  # noqa: E402
+from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
 from helpers import make_runner, tiny_train_config  # noqa: E402
 from sim2real.export import ONNX_META_KEY, cli, export_bundle, load_bundle_policy  # noqa: E402
 
@@ -254,8 +254,8 @@ def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
     """`sim2real.t1.bundle_extras` itself, on a checkpoint saved the way the runner saves one."""
     from dataclasses import asdict
 
-    from fast_td3.agent import FastTD3
-    from fast_td3.config import EnvConfig, TrainConfig
+    from fast_td3.learner.algorithms.fast_td3 import FastTD3
+    from fast_td3.training.config import EnvConfig, TrainConfig
     from helpers import tiny_config
 
     cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),

@@ -7,11 +7,11 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fast_td3.algorithms import make_algorithm
-from fast_td3.algorithms.fast_sac import FastSAC, soft_rewards, temperature_loss
-from fast_td3.algorithms.base import target_distribution
-from fast_td3.networks import DistributionalCritic, GaussianActor, project_distribution, tanh_gaussian_sample
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.algorithms import make_algorithm
+from fast_td3.learner.algorithms.fast_sac import FastSAC, soft_rewards, temperature_loss
+from fast_td3.learner.algorithms.base import target_distribution
+from fast_td3.learner.networks import DistributionalCritic, GaussianActor, project_distribution, tanh_gaussian_sample
+from fast_td3.learner.replay import ReplayBuffer
 from helpers import assert_updates_continue_identically, random_batch, tiny_sac_config
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import fill_buffer, make_runner, tiny_train_config
 
-from fast_td3 import replay as keys
-from fast_td3.guards import FiniteGuard
-from fast_td3.hot_path import OpCounter, count_global_steps
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner import batch as keys
+from fast_td3.training.guards import FiniteGuard
+from fast_td3.analysis.hot_path import OpCounter, count_global_steps
+from fast_td3.learner.replay import ReplayBuffer
 
 # Launch budgets per steady-state global step outside the env and the update, measured with
 # `python scripts/gpu_check.py --device cpu --tiny` (InvertedPendulum, symmetric critic): a
@@ -124,7 +124,7 @@ def test_one_step_sampling_matches_the_stored_transition():
 
 
 def test_a_constant_learning_rate_is_not_rewritten_every_update(monkeypatch):
-    from fast_td3.algorithms.base import LearningRateSchedule
+    from fast_td3.learner.algorithms.base import LearningRateSchedule
 
     writes = []
     monkeypatch.setattr(LearningRateSchedule, "_write", lambda self, lr: writes.append(lr))
@@ -174,7 +174,7 @@ def test_the_compiled_update_stops_compiling_after_its_variants(algo):
     from torch._dynamo.utils import counters
     from helpers import tiny_config
 
-    from fast_td3.algorithms import make_algorithm
+    from fast_td3.learner.algorithms import make_algorithm
 
     torch._dynamo.reset()
     cfg = tiny_config(compile=True, batch_size=32)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fast_td3.agent import FastTD3
-from fast_td3.exploration import PerEnvGaussianNoise
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.algorithms.fast_td3 import FastTD3
+from fast_td3.learner.exploration import PerEnvGaussianNoise
+from fast_td3.learner.replay import ReplayBuffer
 from helpers import tiny_config
 
 NUM_OBS, NUM_ACTIONS, NUM_ENVS = 3, 2, 32

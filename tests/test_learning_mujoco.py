@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fast_td3.logging import read_metrics
+from fast_td3.training.metrics_log import read_metrics
 
 TRAIN = str(Path(sys.executable).parent / "fast-td3-train")
 

@@ -2,8 +2,8 @@
 
 import json
 
-from fast_td3.config import LoggerConfig
-from fast_td3.logging import MetricsLogger, read_metrics, resolve_wandb_mode
+from fast_td3.training.config import LoggerConfig
+from fast_td3.training.metrics_log import MetricsLogger, read_metrics, resolve_wandb_mode
 
 
 def test_jsonl_records_step_env_steps_and_metrics(tmp_path):
@@ -55,7 +55,7 @@ def test_wandb_offline_run_records_metrics_and_keeps_its_id_on_resume(tmp_path, 
 
 
 def test_console_line_shows_step_return_throughput(capsys):
-    from fast_td3.logging import ConsoleProgress
+    from fast_td3.training.metrics_log import ConsoleProgress
 
     console = ConsoleProgress(total_steps=100, start_step=0, task="Hopper-v5")
     assert not console.interactive  # pytest captures stdout: the plain-line mode
@@ -67,7 +67,7 @@ def test_console_line_shows_step_return_throughput(capsys):
 
 
 def test_json_safe_writes_non_finite_metrics_as_null():
-    from fast_td3.logging import json_safe
+    from fast_td3.training.metrics_log import json_safe
 
     value = {"gait": {"foot_slip": float("nan"), "rates": [float("inf"), 0.5]}, "task": "T1", "step": 3}
     assert json_safe(value) == {"gait": {"foot_slip": None, "rates": [None, 0.5]}, "task": "T1", "step": 3}

@@ -3,8 +3,8 @@
 import torch
 from torch import nn
 
-from fast_td3.exploration import PerEnvGaussianNoise
-from fast_td3.networks import Actor, DistributionalCritic
+from fast_td3.learner.exploration import PerEnvGaussianNoise
+from fast_td3.learner.networks import Actor, DistributionalCritic
 
 
 def test_actor_outputs_in_range_and_starts_near_zero():
@@ -91,8 +91,8 @@ def test_detached_critic_gives_the_same_action_gradients_as_the_plain_one():
     critic.expected_value(critic(obs, act_detached, detach_params=True)).sum().backward()
     torch.testing.assert_close(act_detached.grad, act_plain.grad, rtol=0, atol=0)
     # At exactly zero the gradient is zero, as for torch.relu.
-    from fast_td3.networks import _ReluSignGrad
+    from fast_td3.learner.inductor_workarounds import ReluSignGrad
 
     x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
-    _ReluSignGrad.apply(x).sum().backward()
+    ReluSignGrad.apply(x).sum().backward()
     assert x.grad.tolist() == [0.0, 0.0, 1.0]

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fast_td3.normalization import EmpiricalNormalization, RewardNormalization
+from fast_td3.learner.normalization import EmpiricalNormalization, RewardNormalization
 
 
 def test_running_statistics_equal_numpy_over_the_stream():

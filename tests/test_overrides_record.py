@@ -15,7 +15,7 @@ QUICK = [
 
 
 def train(*args):
-    result = subprocess.run([sys.executable, "-m", "fast_td3.train", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "fast_td3.training.train", *args], capture_output=True, text=True,
                             cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result

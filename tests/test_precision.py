@@ -10,12 +10,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from fast_td3 import precision as precision_module
-from fast_td3.agent import FastTD3
-from fast_td3.config import AlgoConfig, ConfigError, register_configs
-from fast_td3.normalization import RewardNormalization, return_bound_of_support
-from fast_td3.precision import Precision, configure_matmul, resolve_precision
-from fast_td3.threads import joblib_parallel_jobs, thread_share
+from fast_td3.learner import precision as precision_module
+from fast_td3.learner.algorithms.fast_td3 import FastTD3
+from fast_td3.learner.config import AlgoConfig, ConfigError
+from fast_td3.training.config import register_configs
+from fast_td3.learner.normalization import RewardNormalization, return_bound_of_support
+from fast_td3.learner.precision import Precision, configure_matmul, resolve_precision
+from fast_td3.training.threads import joblib_parallel_jobs, thread_share
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 AVX2_ONLY = {"fpu", "sse4_2", "avx", "avx2", "fma"}  # an AMD EPYC of ours: no native bf16

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fast_td3.networks import project_distribution
+from fast_td3.learner.networks import project_distribution
 
 
 def brute_force_projection(probs, rewards, bootstrap, discount, support):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from fast_td3.replay import ReplayBuffer
+from fast_td3.learner.replay import ReplayBuffer
 
 
 def random_stream(num_envs, steps, num_obs, num_actions, seed, p_term=0.1, p_trunc=0.08):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fast_td3.report import ReportError, build_report, cli
+from fast_td3.analysis.report import ReportError, build_report, cli
 from helpers import make_runner, tiny_train_config
 from test_eval_diagnostics import ScriptedGaitEnv
 
@@ -103,7 +103,7 @@ def test_report_renders_in_headless_chromium(sweep, tmp_path):
 
 
 def test_overrides_are_read_without_resolving_interpolations(tmp_path):
-    from fast_td3.report import read_overrides
+    from fast_td3.analysis.report import read_overrides
 
     (tmp_path / "overrides.yaml").write_text("- task=T1\n- out_dir=runs/${now:%Y-%m-%d}\n")
     assert read_overrides(tmp_path) == {"task": "T1", "out_dir": "runs/${now:%Y-%m-%d}"}

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS
-from fast_td3 import checkpoint as ckpt
-from fast_td3.logging import read_metrics
-from fast_td3 import replay as keys
-from fast_td3.runner import NonFiniteObservationError
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.metrics_log import read_metrics
+from fast_td3.learner import batch as keys
+from fast_td3.training.runner import NonFiniteObservationError
 from helpers import make_runner, tiny_train_config
 
 
@@ -193,8 +193,8 @@ def test_resume_continues_step_counter_schedules_and_normalisers(tmp_path):
 
 
 def test_resumed_metrics_drop_records_after_the_checkpoint_and_torn_lines(tmp_path):
-    from fast_td3.config import LoggerConfig
-    from fast_td3.logging import METRICS_FILE, MetricsLogger
+    from fast_td3.training.config import LoggerConfig
+    from fast_td3.training.metrics_log import METRICS_FILE, MetricsLogger
 
     path = tmp_path / METRICS_FILE
     path.write_text('{"step": 10, "a": 1}\n{"step": 20, "a": 2}\n{"step": 30, "a": 3}\n{"step": 4')

@@ -358,7 +358,7 @@ def test_train_export_sim2sim_end_to_end(tmp_path, backend):
     assert meta["deploy"]["source_task"] == TASK and meta["deploy"]["observation"]["size"] == 47
     assert yaml.safe_load((bundle / "T1.yaml").read_text())["common"]["stiffness"][11] == 200.0
 
-    from fast_td3.logging import read_metrics
+    from fast_td3.training.metrics_log import read_metrics
 
     evaluation = [r for r in read_metrics(run_dir) if "eval/return_mean" in r][-1]
     for metric in ("lin_vel_tracking_error", "foot_slip", "torque_saturation_rate", "orientation_error",

@@ -13,9 +13,9 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3.algorithms.base import OffPolicyAlgorithm, critic_loss, polyak_update_, target_distribution
-from fast_td3.exploration import PerEnvGaussianNoise
-from fast_td3.networks import Actor, DistributionalCritic
+from fast_td3.learner.algorithms.base import OffPolicyAlgorithm, critic_loss, polyak_update_, target_distribution
+from fast_td3.learner.exploration import PerEnvGaussianNoise
+from fast_td3.learner.networks import Actor, DistributionalCritic
 
 
 # --------------------------------------------------------------------------- losses

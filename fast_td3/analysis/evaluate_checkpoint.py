@@ -22,13 +22,13 @@ import torch
 from omegaconf import OmegaConf
 
 from envs.registry import UnknownTaskError, make_env
-from fast_td3 import checkpoint as ckpt
-from fast_td3.algorithms import OffPolicyAlgorithm, make_algorithm
-from fast_td3.config import TrainConfig
-from fast_td3.device import resolve_device
-from fast_td3.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
-from fast_td3.logging import json_safe
-from fast_td3.run_state import upgrade
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.learner.algorithms import OffPolicyAlgorithm, make_algorithm
+from fast_td3.training.config import TrainConfig
+from fast_td3.learner.device import resolve_device
+from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
+from fast_td3.training.metrics_log import json_safe
+from fast_td3.training.run_state import upgrade
 
 
 def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> OffPolicyAlgorithm:

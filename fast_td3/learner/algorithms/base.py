@@ -25,13 +25,13 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3 import replay as keys
-from fast_td3.config import AlgoConfig
-from fast_td3.device import resolve_device
-from fast_td3.distributed import average_gradients_
-from fast_td3.networks import DistributionalCritic, project_distribution
-from fast_td3.normalization import EmpiricalNormalization, RewardNormalization, return_bound_of_support
-from fast_td3.precision import Precision, configure_matmul, resolve_precision
+from fast_td3.learner import batch as keys
+from fast_td3.learner.config import AlgoConfig
+from fast_td3.learner.device import resolve_device
+from fast_td3.learner.data_parallel import average_gradients_
+from fast_td3.learner.networks import DistributionalCritic, project_distribution
+from fast_td3.learner.normalization import EmpiricalNormalization, RewardNormalization, return_bound_of_support
+from fast_td3.learner.precision import Precision, configure_matmul, resolve_precision
 
 # torch.compile mode per device type when AlgoConfig.compile_mode == "auto".
 # CUDA graphs remove per-kernel launch cost on GPU; on CPU they do not exist.

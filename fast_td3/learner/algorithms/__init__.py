@@ -1,6 +1,6 @@
 """The learning algorithms, one module each, behind one interface (`OffPolicyAlgorithm`).
 
-`make_algorithm(cfg.algo, ...)` builds the class that module `fast_td3.algorithms.<cfg.algo.name>`
+`make_algorithm(cfg.algo, ...)` builds the class that module `fast_td3.learner.algorithms.<cfg.algo.name>`
 names as `ALGORITHM`; nothing outside this package names an algorithm.
 """
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import importlib
 
-from fast_td3.algorithms.base import OffPolicyAlgorithm
-from fast_td3.config import AlgoConfig
+from fast_td3.learner.algorithms.base import OffPolicyAlgorithm
+from fast_td3.learner.config import AlgoConfig
 
 
 def algorithm_class(name: str) -> type[OffPolicyAlgorithm]:
-    """The class of algorithm `name` (module fast_td3/algorithms/<name>.py, attribute ALGORITHM)."""
-    return importlib.import_module(f"fast_td3.algorithms.{name}").ALGORITHM
+    """The class of algorithm `name` (module fast_td3/learner/algorithms/<name>.py, attribute ALGORITHM)."""
+    return importlib.import_module(f"fast_td3.learner.algorithms.{name}").ALGORITHM
 
 
 def make_algorithm(cfg: AlgoConfig, num_obs: int, num_actions: int, num_critic_obs: int | None = None,

@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from fast_td3.config import PRECISIONS
+from fast_td3.learner.config import PRECISIONS
 
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """/proc/cpuinfo flags of CPUs whose matrix units compute bf16 natively."""

@@ -18,21 +18,20 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from fast_td3.device import resolve_device
+from fast_td3.learner.device import resolve_device
 
-# Keys of a transition handed to `extend` (batch `[num_envs]`).
-OBS = "observations"
-ACTIONS = "actions"
-REWARDS = "rewards"
-TERMINATED = "terminated"
-TRUNCATED = "truncated"
-NEXT_OBS = "next_observations"
-CRITIC_OBS = "critic_observations"
-NEXT_CRITIC_OBS = "next_critic_observations"
-# Keys added to a sampled batch.
-DISCOUNT = "discount"
-NSTEP_LENGTH = "n_step_length"
-
+from fast_td3.learner.batch import (  # noqa: F401  (the keys a transition carries)
+    ACTIONS,
+    CRITIC_OBS,
+    DISCOUNT,
+    NEXT_CRITIC_OBS,
+    NEXT_OBS,
+    NSTEP_LENGTH,
+    OBS,
+    REWARDS,
+    TERMINATED,
+    TRUNCATED,
+)
 
 class ReplayBuffer:
     """Circular per-env storage with uniform, env-balanced sampling and n-step returns.

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from fast_td3.diagnostics import DIAGNOSTICS_DIR, action_histograms, critic_calibration, load_eval_diagnostics
-from fast_td3.gait_metrics import METRIC_NAMES, METRICS
-from fast_td3.logging import METRICS_FILE, read_metrics
+from fast_td3.analysis.diagnostics import DIAGNOSTICS_DIR, action_histograms, critic_calibration, load_eval_diagnostics
+from fast_td3.analysis.gait_metrics import METRIC_NAMES, METRICS
+from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
 
 RETURN_KEY = "eval/return_mean"
 GAIT_PREFIX = "eval/gait/"

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations
-from fast_td3 import gait_metrics
+from fast_td3.analysis import gait_metrics
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
 TRANSITION_KEYS = ("t", "obs", "critic_obs", "actions", "rewards", "dones", "time_outs", "terminations",

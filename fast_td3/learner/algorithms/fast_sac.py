@@ -19,10 +19,10 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3.algorithms.base import (
+from fast_td3.learner.algorithms.base import (
     OffPolicyAlgorithm, _load_optimizer_state, critic_loss, make_adamw, target_distribution,
 )
-from fast_td3.networks import DistributionalCritic, GaussianActor
+from fast_td3.learner.networks import DistributionalCritic, GaussianActor
 
 
 # --------------------------------------------------------------------------- losses

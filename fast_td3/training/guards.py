@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from fast_td3 import distributed
+from fast_td3.training import distributed
 
 
 class NonFiniteObservationError(RuntimeError):

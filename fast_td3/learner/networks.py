@@ -13,6 +13,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from fast_td3.learner.inductor_workarounds import relu_without_saved_mask
+
 
 ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU}
 
@@ -147,28 +149,6 @@ class StackedLinear(nn.Module):
         return torch.baddbmm(bias, x, weight)
 
 
-class _ReluSignGrad(torch.autograd.Function):
-    """ReLU whose backward multiplies by `sign(output)`: same values and gradients as
-    `torch.relu` (also at 0), but no boolean mask is saved for the backward pass.
-
-    Used where the critic runs with detached weights (the actor loss): there the
-    compiler would otherwise save a bool mask per hidden layer, and Inductor's
-    CPU code for storing bool tensors is several times slower than the matmuls
-    around it (torch 2.13). Measured with scripts/bench_update.py.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        out = x.clamp_min(0)
-        ctx.save_for_backward(out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (out,) = ctx.saved_tensors
-        return grad * out.sign()
-
-
 class StackedLayerNorm(nn.Module):
     """LayerNorm over the last dimension with per-head affine parameters `[heads, 1, width]`."""
 
@@ -227,7 +207,7 @@ class DistributionalCritic(nn.Module):
         if self.activation == "silu":
             activation = nn.functional.silu
         else:
-            activation = _ReluSignGrad.apply if detach_params else torch.relu
+            activation = relu_without_saved_mask if detach_params else torch.relu
         x = torch.cat([obs, actions], dim=-1)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):

@@ -33,15 +33,16 @@ from envs.registry import (
     SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, load_adapter, make_env,
     require_suite,
 )
-from fast_td3.checkpoint import (
+from fast_td3.training.checkpoint import (
     CheckpointError, CheckpointManager, CheckpointWriteError, atomic_write_bytes, check_matches, has_checkpoints,
     pick_for_resume, run_dir_of,
 )
-from fast_td3.config import ConfigError, TrainConfig, describe_fields, migrate_algo_config, register_configs
-from fast_td3.device import DeviceError
-from fast_td3.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
+from fast_td3.learner.config import ConfigError, migrate_algo_config
+from fast_td3.training.config import TrainConfig, describe_fields, register_configs
+from fast_td3.learner.device import DeviceError
+from fast_td3.training.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 RESOLVED_CONFIG = "config.yaml"
 OVERRIDES_FILE = "overrides.yaml"
 GROUPS = ("suite", "preset", "algo", "logger", "reward")
@@ -164,10 +165,10 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
     train (this rank's share of a torchrun job: its own envs and seeds)."""
     import torch
 
-    from fast_td3 import distributed
-    from fast_td3.device import resolve_device
-    from fast_td3.evaluation import eval_seed
-    from fast_td3.runner import Runner
+    from fast_td3.training import distributed
+    from fast_td3.learner.device import resolve_device
+    from fast_td3.training.evaluation import eval_seed
+    from fast_td3.training.runner import Runner
 
     ranks = ranks or distributed.SINGLE
     env_cfg = cfg.env
@@ -240,9 +241,9 @@ def _discard_new_run(run_dir: Path) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from fast_td3 import distributed
-    from fast_td3.device import resolve_device
-    from fast_td3.runner import CheckpointMismatchError, NonFiniteObservationError, TrainingStopped
+    from fast_td3.training import distributed
+    from fast_td3.learner.device import resolve_device
+    from fast_td3.training.runner import CheckpointMismatchError, NonFiniteObservationError, TrainingStopped
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
@@ -576,7 +577,7 @@ def preflight(overrides: list[str]) -> None:
         check_matches(state, OmegaConf.to_container(cfg, resolve=True), LAUNCH.resume_from)
     train_cfg = validated(cfg)
     if train_cfg.device not in ("auto", "cpu"):
-        from fast_td3.device import resolve_device
+        from fast_td3.learner.device import resolve_device
 
         resolve_device(train_cfg.device)  # DeviceError: the devices this machine has
     if _video_problem(train_cfg):
@@ -630,7 +631,7 @@ def _cli(args: list[str]) -> None:
     args = [add_to_free_form_dicts(arg) for arg in args]
     multirun = "-m" in args or "--multirun" in args
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from fast_td3 import distributed
+        from fast_td3.training import distributed
 
         if distributed.launched_by_torchrun():
             if multirun:

@@ -1,6 +1,6 @@
 """Data-parallel training on torch.distributed, launched by torchrun.
 
-    torchrun --standalone --nproc_per_node=2 -m fast_td3.train task=... [overrides]
+    torchrun --standalone --nproc_per_node=2 -m fast_td3.training.train task=... [overrides]
 
 Each rank has its own envs, replay buffer and seeds (`Context.rank_seed`); the learner
 is replicated: parameters start equal (broadcast from rank 0), gradients are averaged
@@ -111,15 +111,6 @@ def broadcast_parameters_(module: torch.nn.Module, ctx: Context) -> None:
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)
-
-
-def average_gradients_(params: list[torch.nn.Parameter], world_size: int) -> None:
-    """Mean of the gradients over ranks, in one flat all-reduce (no host sync)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat /= world_size
-    torch._foreach_copy_(grads, [chunk.view_as(g) for chunk, g in zip(flat.split([g.numel() for g in grads]), grads)])
 
 
 class ReplicaMismatchError(RuntimeError):

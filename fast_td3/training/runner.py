@@ -2,7 +2,7 @@
 
 One runner serves every suite and every algorithm: it sees envs only through the contract in
 `envs/protocol.py` and the learner only through the interface of
-`fast_td3.algorithms.OffPolicyAlgorithm` (explore, update, act, value, training state) and
+`fast_td3.learner.algorithms.OffPolicyAlgorithm` (explore, update, act, value, training state) and
 `ReplayBuffer`. A steady-state global step makes no host sync outside the env: the NaN guard
 screens on the device and is read at each log, the step's batches come from one gather, and
 with `algo.compile` the action is compiled like the update. Everything
@@ -19,21 +19,21 @@ import numpy as np
 import torch
 
 from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
-from fast_td3 import checkpoint as ckpt
-from fast_td3 import distributed, run_state
-from fast_td3 import replay as keys
-from fast_td3.algorithms import make_algorithm
-from fast_td3.config import TrainConfig
-from fast_td3.device import resolve_device
-from fast_td3.episodes import EPISODE_METRIC_PREFIX, EpisodeStats, episode_means  # noqa: F401 (re-exported)
-from fast_td3.eval_diagnostics import eval_diagnostics, record_eval_step
-from fast_td3.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
-from fast_td3.guards import (  # noqa: F401
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training import distributed, run_state
+from fast_td3.learner import batch as keys
+from fast_td3.learner.algorithms import make_algorithm
+from fast_td3.training.config import TrainConfig
+from fast_td3.learner.device import resolve_device
+from fast_td3.training.episodes import EPISODE_METRIC_PREFIX, EpisodeStats, episode_means  # noqa: F401 (re-exported)
+from fast_td3.training.eval_diagnostics import eval_diagnostics, record_eval_step
+from fast_td3.training.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
+from fast_td3.training.guards import (  # noqa: F401
     FiniteGuard, NonFiniteObservationError, TrainingStopped, check_finite, non_finite_message, stop_signals_set_flag,
 )
-from fast_td3.logging import IntervalClock, MetricsLogger, to_host
-from fast_td3.replay import ReplayBuffer
-from fast_td3.run_state import CHECKPOINT_FORMAT, CheckpointMismatchError, config_dict, seed_everything  # noqa: F401
+from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
+from fast_td3.learner.replay import ReplayBuffer
+from fast_td3.training.run_state import CHECKPOINT_FORMAT, CheckpointMismatchError, config_dict, seed_everything  # noqa: F401
 
 VIDEO_FPS = 30
 
@@ -47,7 +47,7 @@ class Runner:
         eval_env: separate envs for evaluation (None: no evaluation).
         run_dir: the run folder (checkpoints/, metrics.jsonl, ...).
         logger: metrics sinks (None: a MetricsLogger built from `cfg.logger`).
-        ranks: this process's place in a torchrun job (`fast_td3/distributed.py`); every
+        ranks: this process's place in a torchrun job (`fast_td3/training/distributed.py`); every
             rank runs this same loop on its own envs, rank 0 logs and saves.
     """
 

@@ -28,9 +28,9 @@ import torch
 
 from envs.protocol import VecEnv
 from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
-from fast_td3.device import resolve_device
-from fast_td3.evaluate_checkpoint import load_checkpoint, load_policy
-from fast_td3.evaluation import eval_seed, write_video
+from fast_td3.learner.device import resolve_device
+from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
+from fast_td3.training.evaluation import eval_seed, write_video
 
 DEFAULT_VIDEO_STEPS = 1000
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fast_td3.checkpoint import FORMAT as CHECKPOINT_FORMAT
-from fast_td3.config import migrate_algo_config
+from fast_td3.training.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from fast_td3.learner.config import migrate_algo_config
 
 
 class CheckpointMismatchError(ValueError):

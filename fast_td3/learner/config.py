@@ -1,4 +1,4 @@
-"""Typed hyperparameters of the learner.
+"""Typed hyperparameters of the learner (the `algo` section of a run's config).
 
 One dataclass holds everything the algorithm needs; suites and tasks change it
 through data (presets), never through code branches. The defaults are the
@@ -8,25 +8,22 @@ OmegaConf accepts, so the same class serves as a Hydra structured config.
 
 from __future__ import annotations
 
-import ast
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from pathlib import Path
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Dict, List
 
 PRECISIONS = ("auto", "bf16", "fp32")
-"""Values of AlgoConfig.precision; fast_td3.precision resolves them on the hardware."""
+"""Values of AlgoConfig.precision; fast_td3.learner.precision resolves them on the hardware."""
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the field."""
 
 
-WANDB_MODES = ("auto", "online", "offline", "disabled")
 LR_SCHEDULES = ("constant", "cosine")
 
 
 ALGORITHMS = ("fast_td3", "fast_sac")
-"""Values of AlgoConfig.name: each is a module fast_td3/algorithms/<name>.py, a settings section
+"""Values of AlgoConfig.name: each is a module fast_td3/learner/algorithms/<name>.py, a settings section
 AlgoConfig.<name> below and a file conf/algo/<name>.yaml."""
 ACTIVATIONS = ("relu", "silu")
 NORMALIZATION_SOURCES = ("collect", "replay")
@@ -240,167 +237,3 @@ def migrate_algo_config(algo: Dict[str, Any]) -> Dict[str, Any]:
     if moved:
         algo["fast_td3"] = {**dict(algo.get("fast_td3") or {}), **moved}
     return algo
-
-
-@dataclass
-class EnvConfig:
-    """Which simulator and task, and how many copies of it run in parallel."""
-
-    suite: str = "gymnasium"
-    """Simulator suite: gymnasium, playground, humanoid_bench, isaaclab, mjlab."""
-    task: str = "InvertedPendulum-v5"
-    """Task id within the suite."""
-    num_envs: int = 128
-    """Parallel training envs; one global step collects num_envs transitions."""
-    max_episode_steps: Optional[int] = None
-    """Time limit in env steps (None: the task's own)."""
-    options: Dict[str, Any] = field(default_factory=dict)
-    """Suite-specific adapter options (e.g. gymnasium: vectorization, env_kwargs)."""
-    eval_options: Dict[str, Any] = field(default_factory=dict)
-    """Adapter options that differ for the evaluation envs (merged over `options`)."""
-    reward_scales: Dict[str, float] = field(default_factory=dict)
-    """Reward term -> scale over the task's defaults, training envs only: evaluation keeps the
-    task's own reward so runs with different scales stay comparable (`env.reward_scales.<term>=x`)."""
-
-    def adapter_options(self, evaluation: bool = False) -> Dict[str, Any]:
-        """Keyword options for the suite adapter's `make` (training or evaluation envs)."""
-        options = dict(self.options)
-        if evaluation:
-            options.update(self.eval_options)
-        elif self.reward_scales:
-            options["reward_scales"] = dict(self.reward_scales)
-        if self.max_episode_steps is not None:
-            options["max_episode_steps"] = self.max_episode_steps
-        return options
-
-
-@dataclass
-class LoggerConfig:
-    """Where metrics go; every run also writes metrics.jsonl into its run folder."""
-
-    log_interval: int = 100
-    """Global steps between metric logs (each log costs one device sync)."""
-    console: bool = True
-    """Print a progress bar (on a terminal) or a metrics line per log (otherwise)."""
-    tensorboard: bool = False
-    """Write TensorBoard event files into <run folder>/tensorboard."""
-    wandb_mode: str = "disabled"
-    """wandb: 'online', 'offline', 'disabled', or 'auto' (online with credentials, else offline)."""
-    wandb_project: str = "fast-td3"
-    """wandb project."""
-    wandb_entity: Optional[str] = None
-    """wandb entity (team or user); None: your default."""
-    wandb_group: Optional[str] = None
-    """wandb group, e.g. to gather a sweep's runs."""
-
-
-DISTRIBUTED_BATCH_MODES = ("per_rank", "split")
-
-
-@dataclass
-class DistributedConfig:
-    """Data-parallel runs under torchrun (`torchrun --nproc_per_node=N -m fast_td3.train ...`)."""
-
-    batch: str = "per_rank"
-    """per_rank: every rank samples algo.batch_size from its own buffer (global batch and env
-    count grow with the ranks); split: algo.batch_size is the global batch, each rank samples
-    its share (same update as one process, env count still grows)."""
-
-
-@dataclass
-class TrainConfig:
-    """One training run. Intervals count global steps (one vectorised env step)."""
-
-    env: EnvConfig = field(default_factory=EnvConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    total_steps: int = 150_000
-    """Length of the run in global steps."""
-    eval_interval: int = 5_000
-    """Global steps between evaluations on the separate eval envs (0: only at the end)."""
-    eval_episodes: int = 10
-    """Evaluation episodes, one per eval env, deterministic actions, fixed seeds."""
-    eval_video: bool = False
-    """Render eval env 0 at each evaluation into videos/step_<N>.mp4 (and to wandb when on);
-    needs an OpenGL backend (MUJOCO_GL=egl headless, the default) and the video extra."""
-    save_interval: int = 5_000
-    """Global steps between checkpoints (0: only at the end)."""
-    keep_checkpoints: int = 3
-    """Checkpoints kept in <run folder>/checkpoints (>= 1; 2 or more let a resume pass an unreadable newest one)."""
-    save_buffer: bool = False
-    """Include the replay buffer in checkpoints (large; a resumed run otherwise refills it)."""
-    seed: int = 1
-    """Seeds torch, NumPy, Python and (through derived per-env seeds) every env."""
-    device: str = "auto"
-    """Learner device: 'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ..."""
-    out_dir: str = "runs"
-    """Root of run folders: <out_dir>/<task>/<timestamp>_<seed>/."""
-    resume: Optional[str] = None
-    """Run folder or checkpoint file to continue (same folder, step counter and schedules)."""
-    resolved: Dict[str, Any] = field(default_factory=dict)
-    """Written by the trainer: what `auto` settings became on the machine that ran (precision and
-    why, torch threads); informational, a resumed run resolves again on its own machine."""
-    check_finite: bool = True
-    """Stop with a checkpoint when an observation or reward is NaN/inf (one host sync per step)."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.total_steps < 1:
-            problems.append(f"total_steps must be >= 1, got {self.total_steps}")
-        for name in ("eval_interval", "save_interval"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.keep_checkpoints < 1:
-            problems.append(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        if self.eval_episodes < 1:
-            problems.append(f"eval_episodes must be >= 1, got {self.eval_episodes}")
-        if self.logger.log_interval < 1:
-            problems.append(f"logger.log_interval must be >= 1, got {self.logger.log_interval}")
-        if self.logger.wandb_mode not in WANDB_MODES:
-            problems.append(f"logger.wandb_mode must be one of {WANDB_MODES}, got {self.logger.wandb_mode!r}")
-        if self.distributed.batch not in DISTRIBUTED_BATCH_MODES:
-            problems.append(f"distributed.batch must be one of {DISTRIBUTED_BATCH_MODES}, got {self.distributed.batch!r}")
-        if self.env.num_envs < 1:
-            problems.append(f"env.num_envs must be >= 1, got {self.env.num_envs}")
-        if self.algo.batch_size < self.env.num_envs:
-            problems.append(
-                f"algo.batch_size ({self.algo.batch_size}) must be >= env.num_envs ({self.env.num_envs}): "
-                "each update draws batch_size // num_envs transitions per env"
-            )
-        if problems:
-            raise ConfigError("invalid TrainConfig: " + "; ".join(problems))
-
-
-def _field_docs() -> dict[str, dict[str, str]]:
-    """The docstring under each field of each dataclass in this file, read from its source."""
-    tree = ast.parse(Path(__file__).read_text())
-    docs: dict[str, dict[str, str]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            body, fields = node.body, docs.setdefault(node.name, {})
-            for item, following in zip(body, body[1:]):
-                if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-                        and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-                    fields[item.target.id] = str(following.value.value)
-    return docs
-
-
-def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(dotted key, default, one-line doc) of every field of a config dataclass, nested ones expanded."""
-    docs = _field_docs().get(cls.__name__, {})
-    rows: list[tuple[str, Any, str]] = []
-    for f in fields(cls):
-        default = f.default_factory() if f.default_factory is not MISSING else f.default
-        if is_dataclass(default):
-            rows.extend(describe_fields(type(default), f"{prefix}{f.name}."))
-        else:
-            rows.append((f"{prefix}{f.name}", default, docs.get(f.name, "")))
-    return rows
-
-
-def register_configs() -> None:
-    """Register the structured schema with Hydra's ConfigStore (as `train_schema`)."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

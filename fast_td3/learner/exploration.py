@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fast_td3.device import resolve_device
+from fast_td3.learner.device import resolve_device
 
 
 class PerEnvGaussianNoise(nn.Module):

@@ -9,8 +9,8 @@ from typing import Any, Callable
 import torch
 
 from envs.protocol import ACTOR, CRITIC, VecEnv
-from fast_td3.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
-from fast_td3.evaluation import EvalTrace, gait_results, read_gait_signals
+from fast_td3.analysis.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
+from fast_td3.training.evaluation import EvalTrace, gait_results, read_gait_signals
 
 
 def record_eval_step(agent, env: VecEnv, step: dict[str, Any], trace: EvalTrace,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fast_td3.config import LoggerConfig
+from fast_td3.training.config import LoggerConfig
 
 METRICS_FILE = "metrics.jsonl"
 WANDB_ID_FILE = "wandb_id.txt"

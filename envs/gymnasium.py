@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.protocol import ACTOR, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.worker_pool import InProcess, SubprocPool, WorkerPool, available_cpus
 
 VECTORIZATIONS = ("auto", "sync", "processes", "subproc")
@@ -140,7 +140,7 @@ class GymnasiumVecEnv:
         self._seeded = True
         obs = self._vec.reset(seeds)
         obs_t = self._tensor(obs)
-        return obs_t, {OBSERVATIONS: {ACTOR: obs_t}}
+        return obs_t, reset_extras(obs_t)
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if not self._seeded:
@@ -149,11 +149,7 @@ class GymnasiumVecEnv:
         obs, rewards, terminated, truncated, final_obs = self._vec.step(scaled)
         obs_t = self._tensor(obs)
         time_outs = truncated & ~terminated
-        extras = {
-            OBSERVATIONS: {ACTOR: obs_t},
-            FINAL_OBSERVATIONS: {ACTOR: self._tensor(final_obs)},
-            TIME_OUTS: torch.from_numpy(time_outs).to(self.device),
-        }
+        extras = step_extras(obs_t, self._tensor(final_obs), torch.from_numpy(time_outs).to(self.device))
         rewards_t = torch.from_numpy(np.asarray(rewards, dtype=np.float32)).to(self.device)
         dones_t = torch.from_numpy(terminated | truncated).to(self.device)
         return obs_t, rewards_t, dones_t, extras

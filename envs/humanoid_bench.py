@@ -3,7 +3,7 @@
 HumanoidBench registers gymnasium ids `{robot}-{task}-v0` (e.g. `h1hand-walk-v0`) when
 `humanoid_bench` is imported, and runs on CPU MuJoCo, one env stepped after another. It
 pins mujoco 3.1.6, so it lives in its own virtual environment (the install commands are in
-`envs/registry.py`, printed when it is missing, and in the README).
+`envs/registry.py`, printed when it is missing, and in docs/suites.md).
 
 The adapter is `GymnasiumVecEnv` (envs/gymnasium.py) with HumanoidBench's settings:
 - workers import `humanoid_bench` before `gym.make`, and each makes its envs exactly once
@@ -14,9 +14,9 @@ The adapter is `GymnasiumVecEnv` (envs/gymnasium.py) with HumanoidBench's settin
 - per-env seeds derived from the run seed reach every env (the reference's never did),
   NumPy's global generator included, which several tasks draw their goals from;
 - vectorization "processes" by default: envs sharded over one worker per CPU core with
-  observations in shared memory. Against SB3's `SubprocVecEnv` ("subproc": a process per
-  env, observations pickled through pipes) it made 1.23x the env steps/s at 32 envs with
-  less than half the memory, and SB3 ran out of 24 GB at 128 envs (scripts/bench_envs.py).
+  observations in shared memory. SB3's `SubprocVecEnv` ("subproc": a process per env,
+  observations pickled through pipes) stays available; it is slower and needs far more
+  memory (docs/performance.md, scripts/bench_envs.py).
 
 Gait signals (`HumanoidBenchVecEnv.gait_signals()`, the optional eval-env hook of
 `fast_td3/analysis/gait_metrics.py`) are read from each env's MuJoCo `model`/`data` in its worker by
@@ -46,7 +46,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.gait_signals import free_base_signals
 from envs.gymnasium import GymnasiumVecEnv, make_registered
+from envs.random_streams import PrivateRandomStreams
 from envs.registry import EnvOptionError
 
 PACKAGE = "humanoid_bench"
@@ -72,25 +74,17 @@ class OwnGlobalRandomState(gym.Wrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        self._global_state: dict | None = None
-
-    def _swapped(self, call, *args, **kwargs):
-        outside = np.random.get_state()
-        if self._global_state is not None:
-            np.random.set_state(self._global_state)
-        try:
-            return call(*args, **kwargs)
-        finally:
-            self._global_state = np.random.get_state()
-            np.random.set_state(outside)
+        self._streams = PrivateRandomStreams(numpy=True)
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:
-            self._global_state = np.random.RandomState(seed).get_state()
-        return self._swapped(self.env.reset, seed=seed, options=options)
+            self._streams.seed_numpy(seed)
+        with self._streams.active():
+            return self.env.reset(seed=seed, options=options)
 
     def step(self, action):
-        return self._swapped(self.env.step, action)
+        with self._streams.active():
+            return self.env.step(action)
 
 
 class GaitSignalsReader:
@@ -191,20 +185,8 @@ class GaitSignalsReader:
         out: dict[str, np.ndarray] = {}
         if self.has_base:
             a, v = self._qpos_adr, self._dof_adr
-            w, x, y, z = qpos[a + 3 : a + 7] / np.linalg.norm(qpos[a + 3 : a + 7])
-            rot = np.array([
-                [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-            ])
-            yaw = math.atan2(rot[1, 0], rot[0, 0])
-            c, s = math.cos(yaw), math.sin(yaw)
-            vx, vy = qvel[v], qvel[v + 1]
-            out["base_lin_vel_xy"] = np.array([c * vx + s * vy, -s * vx + c * vy])
-            out["base_ang_vel_z"] = np.asarray(rot[2] @ qvel[v + 3 : v + 6])  # body-frame omega -> world z
-            out["base_height"] = np.asarray(qpos[a + 2])
-            out["base_pos_xy"] = qpos[a : a + 2].copy()
-            out["projected_gravity"] = -rot[2]  # R^T (0, 0, -1)
+            base = free_base_signals(qpos[a : a + 7].copy(), qvel[v : v + 6].copy(), np)  # copies: d's buffers move on
+            out.update({key: np.asarray(value) for key, value in base.items()})
         joint_pos, joint_vel = self._pos_map @ qpos, self._vel_map @ qvel
         if self._from_actuator.any():
             rows, gear = self._from_actuator, np.where(self._gear == 0, 1.0, self._gear)

@@ -3,7 +3,7 @@
 The adapter is `envs.isaaclab.IsaacLabVecEnv`; this module builds mjlab's envs for it from
 mjlab's task registry (`Mjlab-Velocity-Flat-Unitree-G1`, `Mjlab-Cartpole-Balance`, ...).
 mjlab pins its own MuJoCo (3.11), so it lives in a virtual environment of its own (the
-install commands are in `envs/registry.py` and the README). mjlab can skip its auto-reset,
+install commands are in `envs/registry.py` and docs/suites.md). mjlab can skip its auto-reset,
 so final observations are exact, and so are the eval hook `gait_signals()`'s rows of
 finished envs (read before the adapter resets them). The hook reads the scene entity
 "robot" (option `robot_entity`), the "twist" command and, in the velocity tasks, the

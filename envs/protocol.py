@@ -36,12 +36,17 @@ Lab) never reports a time-out: every episode end is reported as a termination, a
 `extras[FINAL_OBSERVATIONS]` rows equal `obs`. The rule above then never bootstraps from a
 reset observation.
 
+Optional parts, declared here with their defaults (`OPTIONAL_ENV_ATTRIBUTES`,
+`SUITE_HOOKS`) and read through `optional_attribute` and `suite_hook`, never probed ad hoc.
+`step_extras` and `reset_extras` build the extras dict; every adapter uses them.
+
 `tests/env_conformance.py` checks an adapter against this contract; every suite's
 tests run it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -78,6 +83,89 @@ class VecEnv(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class OptionalPart:
+    """An optional attribute or hook: its default when absent, and what it is for."""
+
+    default: Any
+    doc: str
+
+
+OPTIONAL_ENV_ATTRIBUTES: dict[str, OptionalPart] = {
+    "critic_obs_extends_actor_obs": OptionalPart(False, "The critic observation starts with the actor observation: "
+                                              "the replay buffer then stores only the privileged tail."),
+    "resolved_options": OptionalPart({}, "Adapter options the env chose itself (e.g. `backend` under `auto`), "
+                                  "recorded in the run's config so a resume or an eval builds the same env."),
+    "record_gait_signals": OptionalPart(None, "`record_gait_signals(on)`: whether steps compute the gait signals "
+                                     "(the trainer turns them off on its training envs)."),
+    "gait_signals": OptionalPart(None, "`gait_signals() -> dict`: the gait signals of the step just taken "
+                              "(`fast_td3/analysis/gait_metrics.py` keys), for the gait metrics of evaluations."),
+}
+"""What a VecEnv may have beyond the contract, with the default an env without it gets."""
+
+SUITE_HOOKS: dict[str, OptionalPart] = {
+    "prepare": OptionalPart(None, "`prepare(**options)`, called before the task is checked and the env made "
+                         "(Isaac Lab starts its app there, with the window or cameras asked for)."),
+    "ONE_SIMULATION_PER_PROCESS": OptionalPart(False, "Only one simulation can live in a process, so the "
+                                            "evaluation envs share the training envs' simulation."),
+    "PLAY_OPTIONS": OptionalPart({}, "Adapter options `fast-td3-play` adds (a window, no random start)."),
+    "view": OptionalPart(None, "`view(env, policy, viewer, steps)`: the suite's own interactive viewer for "
+                      "`fast-td3-play`; without it play needs `--video`."),
+}
+"""What a suite's adapter module may have beyond `tasks()` and `make(task, num_envs, seed, device, **options)`."""
+
+
+def optional_attribute(env: Any, name: str) -> Any:
+    """The env's optional attribute `name` (declared in OPTIONAL_ENV_ATTRIBUTES), or its default."""
+    return getattr(env, name, OPTIONAL_ENV_ATTRIBUTES[name].default)
+
+
+def suite_hook(adapter: Any, name: str) -> Any:
+    """The adapter module's optional hook `name` (declared in SUITE_HOOKS), or its default."""
+    return getattr(adapter, name, SUITE_HOOKS[name].default)
+
+
+class SuiteAdapter(Protocol):
+    """A suite's adapter module (`envs.registry.Suite.module`); optional hooks: SUITE_HOOKS."""
+
+    def tasks(self) -> list[str]: ...
+
+    def make(self, task: str, num_envs: int, seed: int, device: Any, **options: Any) -> VecEnv: ...
+
+
+def observation_groups(actor: torch.Tensor, critic: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """`{ACTOR: actor}`, with `CRITIC` for an asymmetric env."""
+    return {ACTOR: actor} if critic is None else {ACTOR: actor, CRITIC: critic}
+
+
+def reset_extras(obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> dict[str, Any]:
+    """The extras of `reset`."""
+    return {OBSERVATIONS: observation_groups(obs, critic_obs)}
+
+
+def step_extras(
+    obs: torch.Tensor,
+    final_obs: torch.Tensor,
+    time_outs: torch.Tensor,
+    *,
+    critic_obs: torch.Tensor | None = None,
+    final_critic_obs: torch.Tensor | None = None,
+    episode: dict[str, torch.Tensor] | None = None,
+    terminations: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """The extras of `step`, as the module docstring defines them (optional keys only when given)."""
+    extras: dict[str, Any] = {
+        OBSERVATIONS: observation_groups(obs, critic_obs),
+        FINAL_OBSERVATIONS: observation_groups(final_obs, final_critic_obs),
+        TIME_OUTS: time_outs,
+    }
+    if episode is not None:
+        extras[EPISODE] = episode
+    if terminations is not None:
+        extras[TERMINATIONS] = terminations
+    return extras
 
 
 def critic_observations(obs: torch.Tensor, extras: dict[str, Any]) -> torch.Tensor | None:

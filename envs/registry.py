@@ -152,8 +152,11 @@ def make_env(
 ) -> VecEnv:
     """Build `num_envs` envs of `task` from `suite` behind the env contract."""
     adapter = load_adapter(suite)
-    if hasattr(adapter, "prepare"):  # e.g. Isaac Lab starts its app with the window/cameras asked for
-        adapter.prepare(**options)
+    from envs.protocol import suite_hook
+
+    prepare = suite_hook(adapter, "prepare")
+    if prepare is not None:  # e.g. Isaac Lab starts its app with the window/cameras asked for
+        prepare(**options)
     check_task(suite, task)
     try:
         return adapter.make(task, num_envs=num_envs, seed=seed, device=device, **options)

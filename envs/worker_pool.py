@@ -314,7 +314,7 @@ class SubprocPool:
         factory = functools.partial(_seed_wrapped, make_env)
         if start_method is None and "fork" in mp.get_all_start_methods():
             # SB3's default, forkserver, re-imports everything in every env's process: for
-            # HumanoidBench ~265 MB each before its env, too much for 128 envs in 24 GB.
+            # HumanoidBench hundreds of MB each before its env, too much for 128 envs.
             start_method = "fork"
         self._vec = SubprocVecEnv([factory] * num_envs, start_method=start_method)
         self._finalizer = weakref.finalize(self, _kill, self._vec.processes, [])

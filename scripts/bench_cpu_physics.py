@@ -16,7 +16,7 @@ Five tables, every ratio measured here in this run:
    against stepping and updating in turn;
 4. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
    (the mean over the logs after the first, so MJX's compile is left out);
-5. `T1LowDimJoystickFlatTerrain` (`envs/t1_lowdim.py` on MJX, `envs/t1_native.py` on native
+5. `T1LowDimJoystickFlatTerrain` (`envs/playground/t1_lowdim.py` on MJX, `envs/playground/t1_native.py` on native
    MuJoCo): env steps/s at 16, 64 and 256 envs, native over MJX (alternating bursts, the
    median of each: the load of a shared machine weighs on both alike), build times (MJX: cold
    compile), and end to end global steps/s of `preset=cpu` on both.
@@ -104,7 +104,7 @@ def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, floa
     does) vs EnvPool's next-step reset with the reset step's transition dropped."""
     import envpool
 
-    from envs.playground_envpool import default_threads, env_seeds, envpool_id, lean_base_path
+    from envs.playground.envpool import default_threads, env_seeds, envpool_id, lean_base_path
 
     rates = {}
     for strategy in ("same_step_reset", "next_step_reset_dropped"):
@@ -133,7 +133,7 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     the learner updates (preset=cpu networks and batch, bf16, eager, T1-sized observations)."""
     import envpool
 
-    from envs.playground_envpool import default_threads, env_seeds, envpool_id, lean_base_path
+    from envs.playground.envpool import default_threads, env_seeds, envpool_id, lean_base_path
     from fast_td3.learner.algorithms.fast_td3 import FastTD3
     from fast_td3.learner.config import AlgoConfig
     from fast_td3.learner.replay import ReplayBuffer

@@ -50,7 +50,7 @@ def steps_per_second(task: str, num_envs: int, vectorization: str, seconds: floa
 
 def playground_rates(task: str, num_envs: int, device: str, seconds: float) -> dict[str, float]:
     """Cold compile times of reset and step, then steady env steps/s."""
-    from envs.playground import PlaygroundVecEnv
+    from envs.playground.mjx import PlaygroundVecEnv
 
     start = time.perf_counter()
     env = PlaygroundVecEnv(task, num_envs, seed=0, device=device, compilation_cache=False)

@@ -302,7 +302,7 @@ def one_update_each(net, utils, sample: TensorDict, device: torch.device) -> dic
 def check_same_maths(net, utils, device: torch.device, batch_size: int = 512) -> dict[str, dict[str, float]]:
     """`one_update_each` on a batch whose targets stay inside the value support (asserted
     equal within 1e-5) and on the same batch with rewards that push targets outside it
-    (reported: the two pick the clipped-double-Q head differently there, see the README)."""
+    (reported: the two pick the clipped-double-Q head differently there, see docs/performance.md)."""
     size = Size("check", 8, batch_size, 64, 128, compile=False)
     filler = Ours(size, algo_config(size, precision="fp32", compile=False), device)
     filler.fill(transitions(size.num_envs, 8, seed=1))

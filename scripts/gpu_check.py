@@ -131,6 +131,7 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
 
 
 def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
+    from envs.protocol import optional_attribute
     from envs.registry import make_env
     from fast_td3.training.runner import Runner
     from sim2real import sim2sim
@@ -141,7 +142,7 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
                    "save_interval=0", "logger.console=false", "env.options.push=false"]
                   + (["preset=cpu", "env.num_envs=2", "algo.batch_size=32", "algo.learning_starts=5"] if tiny else []))
     env = make_env(cfg.env.suite, cfg.env.task, cfg.env.num_envs, cfg.seed, device, **cfg.env.adapter_options())
-    cfg.env.options.update(getattr(env, "resolved_options", {}))
+    cfg.env.options.update(optional_attribute(env, "resolved_options"))
     try:
         Runner(cfg, env, None, run_dir).train()
     finally:

@@ -176,7 +176,7 @@ class T1Robot:
     """The T1 in native MuJoCo under a control setting, stepped one policy period at a time."""
 
     def __init__(self, control: t1.T1Control, terrain: str = "flat") -> None:
-        from envs.t1_lowdim import build_mj_model, initial_qpos
+        from envs.playground.t1_lowdim import build_mj_model, initial_qpos
 
         self.control = control
         self.model = build_mj_model(terrain, control)

@@ -7,7 +7,7 @@ loop at 500 Hz. Everything both sides must agree on lives here, as plain data an
 functions generic over the array module (`numpy`, `jax.numpy`): the joint table in SDK
 order, the observation layout and scales, the gait-phase convention (including
 standing), command smoothing and the control settings (gains, torque limits, default
-pose, action scale, rates). The training env (`envs/t1_lowdim.py`), the exported
+pose, action scale, rates). The training env (`envs/playground/t1_lowdim.py`), the exported
 bundle (`sim2real/export.py`), the sim-to-sim gate (`sim2real/sim2sim.py`) and the
 deploy-path emulation (`sim2real/deploy.py`) all call these; none re-derives them.
 """
@@ -307,17 +307,3 @@ def deploy_normalization() -> dict[str, float]:
                              "deploy code scales the yaw-rate command with ang_vel")
     return {"gravity": scales["projected_gravity"], "lin_vel": scales["command"], "ang_vel": scales["gyro"],
             "dof_pos": scales["leg_joint_pos"], "dof_vel": scales["leg_joint_vel"], "clip_actions": 1.0}
-
-
-def is_t1_lowdim(task: str) -> bool:
-    return task.startswith("T1LowDimJoystick")
-
-
-def bundle_extras(cfg) -> dict[str, Any] | None:
-    """The T1 parts of an export bundle for a run's config (`TrainConfig`), or None for other tasks."""
-    if not is_t1_lowdim(cfg.env.task):
-        return None
-    from envs.t1_lowdim import deploy_spec
-
-    spec = deploy_spec(dict(cfg.env.options.get("config_overrides") or {}))
-    return {"meta": spec.meta() | {"source_task": cfg.env.task}, "deploy_yaml": spec.deploy_yaml()}

@@ -3,7 +3,7 @@
 HumanoidBench pins mujoco 3.1.6 and lives in its own venv, so CI cannot install it. The
 adapter's machinery (worker processes, SB3 pipes, seeds, final observations, time limits,
 clipping) is tested on gymnasium's real Humanoid-v5 through the same class; the tests
-marked `needs_humanoid_bench` run where `humanoid_bench` is importable (see the README)
+marked `needs_humanoid_bench` run where `humanoid_bench` is importable (see docs/suites.md)
 and are skipped, with the reason, elsewhere.
 """
 
@@ -29,7 +29,7 @@ from fast_td3.training.train import CONF_DIR, check_command_line
 
 HAVE_HUMANOID_BENCH = importlib.util.find_spec("humanoid_bench") is not None
 needs_humanoid_bench = pytest.mark.skipif(
-    not HAVE_HUMANOID_BENCH, reason="humanoid_bench is not installed (it needs its own venv: README, HumanoidBench)"
+    not HAVE_HUMANOID_BENCH, reason="humanoid_bench is not installed (it needs its own venv: docs/suites.md)"
 )
 without_humanoid_bench = pytest.mark.skipif(HAVE_HUMANOID_BENCH, reason="humanoid_bench is installed here")
 GENERIC = "Humanoid-v5"

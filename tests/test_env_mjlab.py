@@ -1,6 +1,6 @@
 """The Isaac Lab adapter on mjlab: Isaac Lab's API over real MuJoCo Warp physics, on CPU.
 
-mjlab pins mujoco 3.11, so these tests run in a venv of their own (README, mjlab;
+mjlab pins mujoco 3.11, so these tests run in a venv of their own (docs/suites.md;
 `.ci/run` builds it) and carry the `mjlab` marker: `python -m pytest -m mjlab`. Elsewhere
 they are skipped with the reason.
 """
@@ -21,7 +21,7 @@ from envs.protocol import ACTOR, CRITIC
 HAVE_MJLAB = importlib.util.find_spec("mjlab") is not None
 pytestmark = [
     pytest.mark.mjlab,
-    pytest.mark.skipif(not HAVE_MJLAB, reason="mjlab is not installed (it needs its own venv: README, mjlab)"),
+    pytest.mark.skipif(not HAVE_MJLAB, reason="mjlab is not installed (it needs its own venv: docs/suites.md)"),
 ]
 BIN = Path(sys.executable).parent
 G1 = "Mjlab-Velocity-Flat-Unitree-G1"
@@ -44,10 +44,10 @@ class MjlabContract(EnvContractTests):
         """Env `env_index` on mjlab itself, without the adapter: a raw env with the same seed,
         no auto-reset and no time limit, in random streams of its own; the other envs hold
         still (envs are independent; random draws are batch-wide)."""
-        from envs.isaaclab import OwnRandomStreams
         from envs.mjlab import create_mjlab_env
+        from envs.random_streams import PrivateRandomStreams
 
-        with OwnRandomStreams(torch.device("cpu")).active():
+        with PrivateRandomStreams(numpy=True, python=True, torch_device=torch.device("cpu")).active():
             env = create_mjlab_env(self.task, self.num_envs, seed, "cpu")
             try:
                 env.cfg.auto_reset, env.cfg.episode_length_s = False, 1e9

@@ -22,15 +22,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs import menagerie  # noqa: E402
-from envs.playground import (  # noqa: E402
-    PlaygroundVecEnv,
-    env_keys,
-    playground_overrides,
-    tasks,
-    to_jax,
-    use_menagerie,
-)
+from envs.playground import menagerie  # noqa: E402
+from envs.playground.config import playground_overrides, tasks  # noqa: E402
+from envs.playground.menagerie import use_menagerie  # noqa: E402
+from envs.playground.mjx import PlaygroundVecEnv, env_keys, to_jax  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, EPISODE, OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
 
@@ -284,7 +279,7 @@ def test_episode_metrics_are_sums_over_the_episode():
 
 RENDER_SCRIPT = """
 import numpy as np, torch
-from envs.playground import PlaygroundVecEnv
+from envs.playground.mjx import PlaygroundVecEnv
 env = PlaygroundVecEnv("CartpoleBalance", 2, render_mode="rgb_array")
 env.reset()
 first = env.render(0)

@@ -20,9 +20,9 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs import lean_assets  # noqa: E402
+from envs.playground import lean_assets  # noqa: E402
 from envs.playground import choose_backend  # noqa: E402
-from envs.playground_envpool import (  # noqa: E402
+from envs.playground.envpool import (  # noqa: E402
     EnvPoolPlaygroundVecEnv,
     env_seeds,
     envpool_id,
@@ -165,7 +165,7 @@ def test_lean_assets_leave_the_physics_bitwise_unchanged(task):
 def test_lean_assets_leave_every_ported_task_unchanged():
     """All 29 EnvPool ports (both asset wheels, manipulation included): 100 random steps of
     2 envs give identical outputs with the stock and the lean scene files."""
-    from envs.playground_envpool import tasks
+    from envs.playground.envpool import tasks
 
     changed = []
     for task in tasks():
@@ -291,9 +291,10 @@ def test_auto_drops_the_other_backends_options_and_a_rendering_env_runs_on_mjx(m
     """One run's options serve its training envs (EnvPool) and a video env (MJX: EnvPool
     cannot render headless), whichever backend `auto` or the saved config names."""
     import envs.playground as playground
+    from envs.playground import mjx
 
     built = []
-    monkeypatch.setattr(playground, "PlaygroundVecEnv", lambda task, n, **kw: built.append(kw) or "mjx env")
+    monkeypatch.setattr(mjx, "PlaygroundVecEnv", lambda task, n, **kw: built.append(kw) or "mjx env")
     options = dict(num_threads=1, lean_assets=False, impl="auto", domain_randomization=False)
     assert playground.make(T1, 2, backend="envpool", render_mode="rgb_array", **options) == "mjx env"
     assert playground.make("CartpoleBalance", 2, backend="auto", **options) == "mjx env"

@@ -27,7 +27,11 @@ import mujoco  # noqa: E402
 from mujoco import mjx  # noqa: E402
 from mujoco_playground._src import mjx_env  # noqa: E402
 
-from envs import playground, playground_envpool  # noqa: E402
+from envs.playground import config as playground_config  # noqa: E402
+from envs.playground import mjx as playground_mjx  # noqa: E402
+from envs.playground.menagerie import use_menagerie  # noqa: E402
+
+from envs.playground import envpool as playground_envpool  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a cold JAX compile of T1's step (~45 s on 2 cores)
 
@@ -153,10 +157,10 @@ def rebuilt_qpos_qvel(privileged: np.ndarray, model: mujoco.MjModel) -> tuple[np
 @functools.lru_cache(maxsize=None)
 def playground_env(reward_scales: tuple):
     """Playground's T1 built through our override mapping, and its jitted rollout."""
-    playground.enable_compilation_cache()
-    playground.use_menagerie(TASK)
-    overrides = playground.playground_overrides(TASK, "jax", dict(reward_scales), False, {"noise_config.level": 0.0})
-    env = playground._load(TASK, tuple(sorted(overrides.items())), jax.devices("cpu")[0])
+    playground_config.enable_compilation_cache()
+    use_menagerie(TASK)
+    overrides = playground_config.playground_overrides(TASK, "jax", dict(reward_scales), False, {"noise_config.level": 0.0})
+    env = playground_mjx._load(TASK, tuple(sorted(overrides.items())), jax.devices("cpu")[0])
     return env, jax.jit(functools.partial(_rollout_from, env))
 
 

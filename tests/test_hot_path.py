@@ -141,7 +141,7 @@ def test_a_constant_learning_rate_is_not_rewritten_every_update(monkeypatch):
 
 def test_playground_resets_by_selection_exactly_as_by_cond_and_skips_gait_signals_on_request():
     pytest.importorskip("mujoco_playground")
-    from envs.playground import PlaygroundVecEnv
+    from envs.playground.mjx import PlaygroundVecEnv
 
     trajectories = []
     for selection in (False, True):

@@ -30,7 +30,7 @@ NOISELESS = {"noise_config": {"level": 0.0}}
 
 
 # ------------------------------------------------------------------ native MuJoCo
-from envs import t1_lowdim  # noqa: E402
+from envs.playground import t1_lowdim  # noqa: E402
 from sim2real import deploy, sim2sim  # noqa: E402
 
 
@@ -205,7 +205,7 @@ def test_deploy_path_from_sdk_messages_gives_the_same_47_numbers():
 # ------------------------------------------------------------------ the training env (MJX)
 @pytest.fixture(scope="module")
 def env():
-    from envs.playground import PlaygroundVecEnv
+    from envs.playground.mjx import PlaygroundVecEnv
 
     adapter = PlaygroundVecEnv(TASK, 2, seed=3, push=False, config_overrides=NOISELESS)
     yield adapter
@@ -323,7 +323,7 @@ def test_encoder_offsets_shift_the_pd_loop_and_the_observation_alike(env):
 
 
 def test_reward_terms_are_named_and_scalable():
-    from envs.playground import playground_overrides
+    from envs.playground.config import playground_overrides
     from envs.registry import UnknownRewardTermError
 
     overrides = playground_overrides(TASK, "jax", {"feet_swing": 2.0, "action_rate": -1.0})

@@ -1,6 +1,6 @@
-"""The native-MuJoCo backend of the T1 low-dim env (`envs/t1_native.py`): the env contract
+"""The native-MuJoCo backend of the T1 low-dim env (`envs/playground/t1_native.py`): the env contract
 against an independent native runner, the backend choice, domain randomisation, and the
-step-by-step fidelity to the MJX env (`envs/t1_lowdim.py`).
+step-by-step fidelity to the MJX env (`envs/playground/t1_lowdim.py`).
 
 The native env builds in seconds and needs no JIT compile, so all but the MJX comparison
 (a cold JAX compile of T1's step, 1-2 minutes on 2 cores) run in the default suite.
@@ -18,11 +18,11 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs import t1_lowdim  # noqa: E402
+from envs.playground import t1_lowdim  # noqa: E402
 from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
-from envs.t1_native import INFO_KEYS, T1NativeVecEnv  # noqa: E402
+from envs.playground.t1_native import INFO_KEYS, T1NativeVecEnv  # noqa: E402
 from sim2real import sim2sim, t1  # noqa: E402
 
 TASK = "T1LowDimJoystickFlatTerrain"
@@ -168,7 +168,7 @@ def test_set_state_round_trips_the_task_state():
 
 
 # ------------------------------------------------------------------ fidelity to the MJX env
-# Both backends call the same maths (envs/t1_lowdim.py's reward_terms, total_reward,
+# Both backends call the same maths (envs/playground/t1_lowdim.py's reward_terms, total_reward,
 # privileged_observation, fallen, and sim2real.t1), so what this pins is everything around
 # it: the state each reads (sensors, sites, forces after the step), the order of reset and
 # step, the PD loop and target filter, the command/gait clock, the scales and the done
@@ -236,11 +236,12 @@ def _mjx_rollout_fn(scales: tuple):
     from mujoco import mjx
     from mujoco_playground import State
 
-    from envs import playground
+    from envs.playground import config as playground_config
+    from envs.playground.menagerie import use_menagerie
 
-    playground.enable_compilation_cache()
-    playground.use_menagerie(TASK)
-    overrides = playground.playground_overrides(TASK, "jax", dict(scales), False, {"noise_config.level": 0.0})
+    playground_config.enable_compilation_cache()
+    use_menagerie(TASK)
+    overrides = playground_config.playground_overrides(TASK, "jax", dict(scales), False, {"noise_config.level": 0.0})
     env = t1_lowdim.T1LowDimJoystick("flat", config_overrides=overrides)
     names = [f"reward/{k}" for k in env._config.reward_config.scales.keys()]
 
@@ -418,7 +419,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import test_t1_native as T
-from envs import t1_lowdim
+from envs.playground import t1_lowdim
 
 build = t1_lowdim.build_mj_model
 

@@ -76,9 +76,6 @@ VALID = "valid"
 STATIC_KEYS = frozenset({TORQUE_LIMITS, JOINT_LIMITS, DT, BASE_HEIGHT_TARGET})
 """Keys the `gait_signals()` hook returns without a per-env, per-step dimension."""
 
-GAIT_SIGNALS_HOOK = "gait_signals"
-"""Name of the optional eval-env method the runner calls after every eval step."""
-
 SATURATION_FRACTION = 0.99
 """A torque counts as saturated at |tau| >= this fraction of its limit."""
 

@@ -3,7 +3,7 @@
 EnvPool ships C++ ports of 29 Playground 0.2.0 tasks (same observations, rewards,
 resets, gait and command sampling; no domain randomisation) stepped on a thread pool.
 On a CPU-only machine that is several times MJX's speed, with no JIT compile. This
-adapter puts them behind the same env contract as `envs/playground.py`:
+adapter puts them behind the same env contract as `envs/playground/`:
 
 * **Same-step auto-reset.** EnvPool resets an env on the step *after* it reports done
   (that step ignores the action and returns reward 0). We reset the finished envs
@@ -16,7 +16,7 @@ adapter puts them behind the same env contract as `envs/playground.py`:
 * **Reward scales** map onto EnvPool's `<term>_scale` keywords, so
   `env.reward_scales.action_rate=-0.5` means the same on both backends.
 * **Memory**: EnvPool loads one model per env; by default it loads the lean scene
-  copies of `envs/lean_assets.py` (under 1 MB per env instead of 50-100 MB).
+  copies of `envs/playground/lean_assets.py` (a small fraction of the stock scene's memory per env).
 """
 
 from __future__ import annotations
@@ -31,16 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs import lean_assets
-from envs.protocol import (
-    ACTOR,
-    CRITIC,
-    EPISODE,
-    FINAL_OBSERVATIONS,
-    OBSERVATIONS,
-    TIME_OUTS,
-    derive_env_seeds,
-)
+from envs.playground import lean_assets
+from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError, check_reward_terms, unknown_name_message
 
 ACTOR_KEY, CRITIC_KEY = "state", "privileged_state"
@@ -148,7 +140,7 @@ class EnvPoolPlaygroundVecEnv:
         push: push perturbations on/off for tasks that have them (None: the task's default).
         config_overrides: further EnvPool make keywords (e.g. noise_level: 0.0).
         num_threads: simulation threads (None: the CPUs this process may use).
-        lean_assets: load the scene without visual meshes and skybox (same physics, ~1 MB per env).
+        lean_assets: load the scene without visual meshes and skybox (same physics, far less memory per env).
     """
 
     def __init__(
@@ -225,7 +217,8 @@ class EnvPoolPlaygroundVecEnv:
         self._fresh = None
         self._started = True
         self._sums[:] = 0.0
-        return self._groups(actor, critic)
+        obs, critic_obs = self._tensors(actor, critic)
+        return obs, reset_extras(obs, critic_obs)
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if not self._started:
@@ -251,13 +244,10 @@ class EnvPoolPlaygroundVecEnv:
             if final_critic is not None:
                 critic = final_critic.index_copy(0, rows, self._tensor(reset_critic))
             self._sums[:, finished] = 0.0
-        obs_t, groups = self._groups(actor, critic)
-        extras: dict[str, Any] = {
-            OBSERVATIONS: groups[OBSERVATIONS],
-            FINAL_OBSERVATIONS: {ACTOR: final_actor} | ({CRITIC: final_critic} if final_critic is not None else {}),
-            TIME_OUTS: torch.from_numpy(truncated & ~terminated).to(self.device),
-            EPISODE: dict(zip(self.episode_metrics, sums.unbind(0))),
-        }
+        obs_t, critic_t = self._tensors(actor, critic)
+        extras = step_extras(obs_t, final_actor, torch.from_numpy(truncated & ~terminated).to(self.device),
+                             critic_obs=critic_t, final_critic_obs=final_critic,
+                             episode=dict(zip(self.episode_metrics, sums.unbind(0))))
         rewards_t = torch.from_numpy(np.asarray(rewards, np.float32)).to(self.device)
         return obs_t, rewards_t, torch.from_numpy(dones_np).to(self.device), extras
 
@@ -271,12 +261,11 @@ class EnvPoolPlaygroundVecEnv:
             return None
         return torch.from_numpy(array).to(self.device, torch.float32)
 
-    def _groups(self, actor, critic) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _tensors(self, actor, critic) -> tuple[torch.Tensor, torch.Tensor | None]:
         actor = actor if isinstance(actor, torch.Tensor) else self._tensor(actor)
-        groups = {ACTOR: actor}
-        if critic is not None:
-            groups[CRITIC] = critic if isinstance(critic, torch.Tensor) else self._tensor(critic)
-        return actor, {OBSERVATIONS: groups}
+        if critic is not None and not isinstance(critic, torch.Tensor):
+            critic = self._tensor(critic)
+        return actor, critic
 
     def __repr__(self) -> str:
         return f"EnvPoolPlaygroundVecEnv({self.task!r}, num_envs={self.num_envs}, threads={self.num_threads})"

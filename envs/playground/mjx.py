@@ -1,4 +1,4 @@
-"""MuJoCo Playground tasks behind the env contract: our own bridge on Playground's public API.
+"""The MJX bridge: MuJoCo Playground tasks on JAX behind the env contract.
 
 Any registry name loads (`mujoco_playground.registry.load`). Reset and step are
 `jax.jit(jax.vmap(...))`, each compiled once per (task, settings, env count): their
@@ -10,19 +10,13 @@ ones, and a time-out flag when the time limit cut it. Observations cross to torc
 DLPack without a copy on the same device (CPU to CPU, GPU to GPU), actions cross back
 the same way, and per-episode metrics are summed on the device: a step never waits for
 the host.
-
-`make` picks the physics backend: this MJX bridge, or EnvPool's native MuJoCo ports of the
-locomotion and manipulation tasks (`envs/playground_envpool.py`), which `backend=auto`
-uses for the T1/G1 joystick tasks when the trainer runs on the CPU (see `choose_backend`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 # JAX would otherwise take 75% of the GPU at start-up, leaving torch's replay buffer and
@@ -34,70 +28,20 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from envs import menagerie  # noqa: E402
-from envs.registry import EnvOptionError, check_reward_terms  # noqa: E402
-from envs.protocol import (  # noqa: E402
-    ACTOR,
-    CRITIC,
-    EPISODE,
-    FINAL_OBSERVATIONS,
-    OBSERVATIONS,
-    TIME_OUTS,
-    derive_env_seeds,
+from envs.playground.config import (  # noqa: E402
+    enable_compilation_cache,
+    playground_overrides,
+    playground_registry,
+    task_config,
 )
+from envs.gait_signals import free_base_signals  # noqa: E402
+from envs.playground.menagerie import use_menagerie  # noqa: E402
+from envs.protocol import derive_env_seeds, reset_extras, step_extras  # noqa: E402
+from envs.registry import EnvOptionError  # noqa: E402
 
 IMPLS = ("auto", "jax", "warp")
-CACHE_ENV_VAR = "FAST_TD3_JAX_CACHE"
 ACTOR_KEY, CRITIC_KEY = "state", "privileged_state"
 """Playground's names for the actor and privileged critic observations of dict observations."""
-
-# Menagerie robot folder by task-name prefix (DM Control tasks need none).
-ROBOT_FOLDERS = (
-    ("T1", "booster_t1"), ("G1", "unitree_g1"), ("H1", "unitree_h1"), ("Apollo", "apptronik_apollo"),
-    ("BerkeleyHumanoid", "berkeley_humanoid"), ("Op3", "robotis_op3"), ("Go1", "unitree_go1"),
-    ("Spot", "boston_dynamics_spot"), ("Barkour", "google_barkour_vb"), ("Leap", "leap_hand"),
-    ("PandaRobotiq", "robotiq_2f85_v4"), ("Panda", "franka_emika_panda"), ("Aloha", "aloha"),
-    ("Aero", "tetheria_aero_hand_open"),
-)
-PUSH_SWITCHES = ("push_config.enable", "pert_config.enable")
-"""Config keys that turn push perturbations on or off (humanoids; Go1/Leap call them 'pert')."""
-
-
-def playground_registry():
-    """Playground's registry, with our own Playground tasks (`envs/t1_lowdim.py`) registered in it."""
-    from mujoco_playground import registry
-
-    from envs import t1_lowdim
-
-    t1_lowdim.register()
-    return registry
-
-
-def tasks() -> list[str]:
-    from mujoco_playground import locomotion
-
-    return sorted(set(playground_registry().ALL_ENVS) | set(locomotion.ALL_ENVS))
-
-
-def robot_folder(task: str) -> str | None:
-    """The Menagerie folder a locomotion/manipulation task loads its robot from."""
-    return next((folder for prefix, folder in ROBOT_FOLDERS if task.startswith(prefix)), None)
-
-
-def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
-    """Keep compiled reset/step across processes (first compiles take 20-50 s on CPU).
-
-    Order: `path`, `FAST_TD3_JAX_CACHE`, JAX's own `JAX_COMPILATION_CACHE_DIR`, then
-    `~/.cache/fast-td3/jax`.
-    """
-    chosen = (path or os.environ.get(CACHE_ENV_VAR) or os.environ.get("JAX_COMPILATION_CACHE_DIR")
-              or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fast-td3" / "jax")
-    chosen = Path(chosen).expanduser()
-    chosen.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(chosen))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    return chosen
 
 
 def jax_device(device: torch.device) -> jax.Device:
@@ -117,77 +61,9 @@ def jax_device(device: torch.device) -> jax.Device:
 
 
 def default_impl(device: torch.device) -> str:
-    """MJX's pure-JAX physics on CPU (4-20x faster there than Warp); Warp, Playground's default, on GPU."""
+    """MJX's pure-JAX physics on CPU (several times faster there than Warp: docs/performance.md);
+    Warp, Playground's default, on GPU."""
     return "jax" if device.type == "cpu" else "warp"
-
-
-# ------------------------------------------------------------------ settings -> Playground config
-def playground_overrides(
-    task: str,
-    impl: str,
-    reward_scales: dict[str, float] | None = None,
-    push: bool | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Flat Playground config overrides for our settings; unknown reward terms raise with the list."""
-    registry = playground_registry()
-
-    defaults = registry.get_default_config(task)
-    overrides: dict[str, Any] = {"impl": impl}
-    if reward_scales:
-        valid = sorted(defaults.reward_config.scales.keys()) if "reward_config" in defaults else []
-        check_reward_terms(reward_scales, valid, task, task)
-        for term, scale in reward_scales.items():
-            overrides[f"reward_config.scales.{term}"] = float(scale)
-    if push is not None:
-        switch = next((k for k in PUSH_SWITCHES if _has_key(defaults, k)), None)
-        if switch is None:
-            raise EnvOptionError(f"{task} has no push perturbations to switch (push must be null)")
-        overrides[switch] = bool(push)
-    overrides.update(_flatten(extra or {}))
-    return overrides
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"noise_config": {"level": 0}} -> {"noise_config.level": 0} (both spellings come from the CLI)."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) or hasattr(value, "items"):
-            flat.update(_flatten(dict(value.items()), f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def task_config(task: str, overrides: dict[str, Any]):
-    """The task's Playground config with our overrides applied (what the env is built from)."""
-    registry = playground_registry()
-
-    config = registry.get_default_config(task).lock()  # locked, like Playground's: unknown keys raise
-    try:
-        config.update_from_flattened_dict(overrides)
-    except (KeyError, AttributeError) as error:
-        raise EnvOptionError(f"{task}: a config override names no key of the task's config ({error}); "
-                             f"its keys: {', '.join(sorted(_flat_keys(config)))}") from None
-    return config
-
-
-def _flat_keys(config, prefix: str = "") -> list[str]:
-    out = []
-    for key, value in config.items():
-        if hasattr(value, "items"):
-            out.extend(_flat_keys(value, f"{prefix}{key}."))
-        else:
-            out.append(f"{prefix}{key}")
-    return out
-
-
-def _has_key(config, dotted: str) -> bool:
-    for part in dotted.split("."):
-        if part not in config:
-            return False
-        config = config[part]
-    return True
 
 
 # ------------------------------------------------------------------ compiled functions
@@ -303,7 +179,7 @@ class GaitSignals:
     gravity; the hinge joints' positions and limits; actuator torques, their limits and the
     actuated joints' velocities; the command where the task keeps one in `info["command"]`;
     and whatever the env adds itself through `gait_signals(data, info)` (feet, for
-    `envs/t1_lowdim.py`).
+    `envs/playground/t1_lowdim.py`).
     """
 
     def __init__(self, env) -> None:
@@ -338,20 +214,8 @@ class GaitSignals:
         if not self.floating:
             return {}
         data = state.data
-        w, x, y, z = (data.qpos[3 + i] / jnp.linalg.norm(data.qpos[3:7]) for i in range(4))
-        yaw = jnp.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-        vx, vy = data.qvel[0], data.qvel[1]  # world frame
-        signals = {
-            "base_lin_vel_xy": jnp.stack([jnp.cos(yaw) * vx + jnp.sin(yaw) * vy,
-                                          -jnp.sin(yaw) * vx + jnp.cos(yaw) * vy]),
-            # world-frame yaw rate: the third row of the base's rotation times its body-frame rate
-            "base_ang_vel_z": (2 * (x * z - w * y) * data.qvel[3] + 2 * (y * z + w * x) * data.qvel[4]
-                               + (1 - 2 * (x * x + y * y)) * data.qvel[5]),
-            "base_height": data.qpos[2],
-            "base_pos_xy": data.qpos[0:2],
-            "projected_gravity": -jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
-            "joint_pos": data.qpos[self.joint_qpos],
-        }
+        signals = free_base_signals(data.qpos[0:7], data.qvel[0:6], jnp)
+        signals["joint_pos"] = data.qpos[self.joint_qpos]
         if self.torques_known:  # applied joint torques: after gear and the joints' torque limits
             signals["torques"] = data.qfrc_actuator[self.actuated_dofs]
             signals["joint_vel"] = data.qvel[self.actuated_dofs]
@@ -435,7 +299,7 @@ class PlaygroundVecEnv:
         domain_randomization: each env steps a model randomised by Playground's randomiser
             for the task (fixed per env for the run).
         config_overrides: any further flat Playground config overrides ("noise_config.level": 0.0).
-        menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
+        menagerie_path: a MuJoCo Menagerie folder (default: see envs/playground/menagerie.py).
         compilation_cache: folder for JAX's persistent cache (None: the default; False: off).
         render_mode: "rgb_array" to allow `render()`.
         reset_by_selection: auto-reset finished envs by computing a reset for every env and
@@ -530,10 +394,7 @@ class PlaygroundVecEnv:
         self._carry = self._compiled.reset(self._models, keys)
         actor, critic = _split_observation(self._carry.state.obs)
         obs = _torch(actor)
-        groups = {ACTOR: obs}
-        if critic is not None:
-            groups[CRITIC] = _torch(critic)
-        return obs, {OBSERVATIONS: groups}
+        return obs, reset_extras(obs, None if critic is None else _torch(critic))
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self._carry is None:
@@ -543,15 +404,11 @@ class PlaygroundVecEnv:
             self._models, self._carry, actions_jax, self._time_limit, with_gait=self._with_gait)
         actor, critic = _split_observation(self._carry.state.obs)
         obs = _torch(actor)
-        extras: dict[str, Any] = {
-            OBSERVATIONS: {ACTOR: obs},
-            FINAL_OBSERVATIONS: {ACTOR: _torch(final_actor)},
-            TIME_OUTS: _torch(time_outs),
-            EPISODE: dict(zip(self.episode_metrics, _torch(sums).unbind(0))),
-        }
-        if critic is not None:
-            extras[OBSERVATIONS][CRITIC] = _torch(critic)
-            extras[FINAL_OBSERVATIONS][CRITIC] = _torch(final_critic)
+        asymmetric = critic is not None
+        extras = step_extras(obs, _torch(final_actor), _torch(time_outs),
+                             critic_obs=_torch(critic) if asymmetric else None,
+                             final_critic_obs=_torch(final_critic) if asymmetric else None,
+                             episode=dict(zip(self.episode_metrics, _torch(sums).unbind(0))))
         return obs, _torch(rewards), _torch(dones), extras
 
     def record_gait_signals(self, on: bool) -> None:
@@ -620,103 +477,3 @@ def to_jax(tensor: torch.Tensor) -> jax.Array:
 def _hashable(value):
     return tuple(value) if isinstance(value, list) else value
 
-
-def use_menagerie(task: str, explicit: str | None = None) -> None:
-    """Point Playground at local robot models (never a `git clone`), or raise with the fix."""
-    from mujoco_playground import dm_control_suite
-
-    if task in dm_control_suite.ALL_ENVS:
-        return  # DM Control models ship inside Playground
-    from mujoco_playground._src import mjx_env  # Playground reads its Menagerie path from here
-
-    cloned = Path(str(mjx_env.EXTERNAL_DEPS_PATH)) / "mujoco_menagerie"  # where Playground clones it
-    found = menagerie.find_menagerie(explicit, cloned=cloned)
-    menagerie.check_robot(found, robot_folder(task), task)
-    if found is None:
-        raise menagerie.MissingAssetsError(f"{task} needs MuJoCo Menagerie robot models.\n{menagerie.INSTALL_HINT}")
-    mjx_env.MENAGERIE_PATH = type(mjx_env.MENAGERIE_PATH)(str(found))
-
-
-# ------------------------------------------------------------------ physics backend
-BACKENDS = ("auto", "mjx", "envpool", "native")
-NATIVE_TASKS = frozenset({"T1LowDimJoystickFlatTerrain", "T1LowDimJoystickRoughTerrain"})
-"""Our own tasks with a native-MuJoCo backend (`envs/t1_native.py`), which `backend=auto` picks
-on the CPU: no JIT compile, >10x MJX's env steps/s there; pinned to MJX step by step
-(tests/test_t1_native.py). MJX stays their GPU path."""
-NATIVE_FOREIGN = {"impl": "auto", "lean_assets": True}
-"""Options the native backend has no use for, with their neutral values."""
-ENVPOOL_ON_CPU = frozenset({
-    "T1JoystickFlatTerrain", "T1JoystickRoughTerrain", "G1JoystickFlatTerrain", "G1JoystickRoughTerrain",
-})
-"""Tasks that `backend=auto` runs on EnvPool when the trainer is on the CPU: benchmarked
-several times faster than MJX there, and checked against MJX step by step
-(tests/test_envpool_fidelity.py)."""
-MJX_ONLY = {"impl": "auto", "domain_randomization": False, "menagerie_path": None, "render_mode": None}
-"""MJX options with their neutral values; a run that sets one stays on MJX under `auto`
-(EnvPool has no Warp, no domain randomisation, its own robot files, and its renderer finds
-no OpenGL context on headless Linux, so eval videos are drawn from MJX envs)."""
-ENVPOOL_ONLY = {"num_threads": None, "lean_assets": True}
-"""EnvPool options with their neutral values."""
-
-
-def choose_backend(task: str, device: torch.device, backend: str, options: dict[str, Any]) -> str:
-    """"mjx", "envpool" or "native" for a task, device and the run's options (see ENVPOOL_ON_CPU, NATIVE_TASKS)."""
-    from envs import playground_envpool
-
-    if backend not in BACKENDS:
-        raise EnvOptionError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto" and task in NATIVE_TASKS:
-        from envs import t1_native
-
-        on_native = device.type == "cpu" and options.get("impl", "auto") == "auto" and t1_native.available()
-        return "native" if on_native else "mjx"
-    if backend == "native" and task not in NATIVE_TASKS:
-        raise EnvOptionError(f"backend=native runs {sorted(NATIVE_TASKS)}, not {task}; choose mjx or auto")
-    if backend == "auto":
-        # config_overrides name Playground's keys unless the run chose EnvPool (whose keys differ)
-        uses_mjx_options = bool(options.get("config_overrides")) or any(
-            options.get(k, v) != v for k, v in MJX_ONLY.items())
-        on_envpool = (device.type == "cpu" and task in ENVPOOL_ON_CPU and not uses_mjx_options
-                      and playground_envpool.available())
-        return "envpool" if on_envpool else "mjx"
-    if backend == "envpool" and not playground_envpool.available():
-        raise EnvOptionError(f"backend=envpool needs EnvPool, which is not installed: {playground_envpool.INSTALL}")
-    return backend
-
-
-def _drop_foreign(options: dict[str, Any], foreign: dict[str, Any], owner: str, chosen: str, explicit: bool) -> None:
-    """Remove the options of another backend (`owner`); one set away from its neutral value is an
-    error when the run named the backend."""
-    for key, neutral in foreign.items():
-        value = options.pop(key, neutral)
-        if value != neutral and explicit:
-            raise EnvOptionError(f"{key}={value!r} applies to the {owner} backend, and this run asked for {chosen}; "
-                                 f"drop the option or choose env.options.backend=auto")
-
-
-def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", backend: str = "auto", **options: Any):
-    """The task on MJX (`PlaygroundVecEnv`) or EnvPool (`EnvPoolPlaygroundVecEnv`), see `choose_backend`.
-
-    Options of the other backend are dropped when `auto` chose (a run's options serve
-    both), refused when the run named the backend. An env that must render runs on MJX.
-    """
-    chosen = choose_backend(task, torch.device(device), backend, options)
-    explicit = backend == chosen
-    if chosen == "native":
-        from envs.t1_native import T1NativeVecEnv
-
-        options.pop("compilation_cache", None)  # nothing to compile
-        _drop_foreign(options, NATIVE_FOREIGN, "MJX or EnvPool", chosen, explicit)
-        return T1NativeVecEnv(task, num_envs, seed=seed, device=device, **options)
-    if chosen == "envpool" and options.get("render_mode"):
-        print(f"{task}: EnvPool cannot render without an OpenGL context here; the env that draws the videos "
-              "runs on MJX", file=sys.stderr, flush=True)
-        chosen, explicit = "mjx", False
-    _drop_foreign(options, ENVPOOL_ONLY if chosen == "mjx" else MJX_ONLY, "EnvPool" if chosen == "mjx" else "MJX",
-                  chosen, explicit)
-    if chosen == "mjx":
-        return PlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)
-    from envs.playground_envpool import EnvPoolPlaygroundVecEnv
-
-    options.pop("compilation_cache", None)  # nothing to compile
-    return EnvPoolPlaygroundVecEnv(task, num_envs, seed=seed, device=device, **options)

@@ -96,3 +96,34 @@ def check_robot(menagerie: Path | None, robot_dir: str | None, task: str) -> Non
         where = f"in {menagerie}" if menagerie is not None else "on this machine"
         raise MissingAssetsError(f"{task} needs the MuJoCo Menagerie robot '{robot_dir}', which is not {where}.\n"
                                  f"{INSTALL_HINT}")
+
+
+# Menagerie robot folder by task-name prefix (DM Control tasks need none).
+ROBOT_FOLDERS = (
+    ("T1", "booster_t1"), ("G1", "unitree_g1"), ("H1", "unitree_h1"), ("Apollo", "apptronik_apollo"),
+    ("BerkeleyHumanoid", "berkeley_humanoid"), ("Op3", "robotis_op3"), ("Go1", "unitree_go1"),
+    ("Spot", "boston_dynamics_spot"), ("Barkour", "google_barkour_vb"), ("Leap", "leap_hand"),
+    ("PandaRobotiq", "robotiq_2f85_v4"), ("Panda", "franka_emika_panda"), ("Aloha", "aloha"),
+    ("Aero", "tetheria_aero_hand_open"),
+)
+
+
+def robot_folder(task: str) -> str | None:
+    """The Menagerie folder a locomotion/manipulation task loads its robot from."""
+    return next((folder for prefix, folder in ROBOT_FOLDERS if task.startswith(prefix)), None)
+
+
+def use_menagerie(task: str, explicit: str | None = None) -> None:
+    """Point Playground at local robot models (never a `git clone`), or raise with the fix."""
+    from mujoco_playground import dm_control_suite
+
+    if task in dm_control_suite.ALL_ENVS:
+        return  # DM Control models ship inside Playground
+    from mujoco_playground._src import mjx_env  # Playground reads its Menagerie path from here
+
+    cloned = Path(str(mjx_env.EXTERNAL_DEPS_PATH)) / "mujoco_menagerie"  # where Playground clones it
+    found = find_menagerie(explicit, cloned=cloned)
+    check_robot(found, robot_folder(task), task)
+    if found is None:
+        raise MissingAssetsError(f"{task} needs MuJoCo Menagerie robot models.\n{INSTALL_HINT}")
+    mjx_env.MENAGERIE_PATH = type(mjx_env.MENAGERIE_PATH)(str(found))

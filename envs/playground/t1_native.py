@@ -1,6 +1,6 @@
 """`T1LowDimJoystick{Flat,Rough}Terrain` on native MuJoCo: the CPU backend (`backend=native`).
 
-The same task as `envs/t1_lowdim.py` (MJX), with its physics in MuJoCo's C engine: one
+The same task as `envs/playground/t1_lowdim.py` (MJX), with its physics in MuJoCo's C engine: one
 `mujoco.batch.Batch` holds an MjData per env and steps them all on a pool of C threads;
 the task logic runs vectorised over envs in NumPy (float64, MuJoCo's precision) and
 crosses to torch as float32. No JIT compile: the env is ready in about a second.
@@ -31,8 +31,8 @@ import mujoco
 import numpy as np
 import torch
 
-from envs import t1_lowdim
-from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, OBSERVATIONS, TIME_OUTS, derive_env_seeds
+from envs.playground import t1_lowdim
+from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError
 from sim2real import t1
 
@@ -47,7 +47,7 @@ _GaitState = namedtuple("_GaitState", "data info")
 
 
 class _GaitView:
-    """What `envs.playground.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
+    """What `envs.playground.mjx.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
 
     def __init__(self, env: "T1NativeVecEnv") -> None:
         self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
@@ -81,7 +81,7 @@ class T1NativeVecEnv:
         domain_randomization: per-env floor friction, link masses, gains and encoder offsets
             (the switched-on kinds of `randomization.*`), drawn once per env for the run.
         config_overrides: flat or nested overrides of the task's config (the MJX env's keys).
-        menagerie_path: a MuJoCo Menagerie folder (default: see envs/menagerie.py).
+        menagerie_path: a MuJoCo Menagerie folder (default: see envs/playground/menagerie.py).
         num_threads: physics threads (None: the CPUs this process may use).
         render_mode: "rgb_array" to allow `render()`.
 
@@ -104,7 +104,8 @@ class T1NativeVecEnv:
         num_threads: int | None = None,
         render_mode: str | None = None,
     ) -> None:
-        from envs import playground
+        from envs.playground import config as playground_config
+        from envs.playground.menagerie import use_menagerie
 
         if task not in TASKS:
             raise EnvOptionError(f"backend=native runs {list(TASKS)}, not {task!r}")
@@ -117,9 +118,9 @@ class T1NativeVecEnv:
         self.device = torch.device(device)
         self.seed = int(seed)
         self.render_mode = render_mode
-        playground.use_menagerie(task, menagerie_path)
-        self.config_overrides = playground.playground_overrides(task, "jax", reward_scales, push, config_overrides)
-        self.config = config = playground.task_config(task, self.config_overrides)
+        use_menagerie(task, menagerie_path)
+        self.config_overrides = playground_config.playground_overrides(task, "jax", reward_scales, push, config_overrides)
+        self.config = config = playground_config.task_config(task, self.config_overrides)
         self.control = control = t1_lowdim.control_from(config)
         self.commands = t1_lowdim.commands_from(config)
         t1_lowdim.check_rates(config, control)
@@ -161,7 +162,7 @@ class T1NativeVecEnv:
         self._obs = (actor, critic)
         self._sums[:] = 0.0
         obs = self._tensor(actor)
-        return obs, {OBSERVATIONS: {ACTOR: obs, CRITIC: self._tensor(critic)}}
+        return obs, reset_extras(obs, self._tensor(critic))
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self._obs is None:
@@ -209,13 +210,10 @@ class T1NativeVecEnv:
             self._sums[:, finished] = 0.0
         self._obs = (actor, critic)
         obs = self._tensor(actor)
-        extras: dict[str, Any] = {
-            OBSERVATIONS: {ACTOR: obs, CRITIC: self._tensor(critic)},
-            FINAL_OBSERVATIONS: {ACTOR: self._tensor(final_actor), CRITIC: self._tensor(final_critic)},
-            TIME_OUTS: torch.from_numpy(time_outs).to(self.device),
-            EPISODE: dict(zip(self.episode_metrics, sums.unbind(0))),
-            "reward_terms": scaled,
-        }
+        extras = step_extras(obs, self._tensor(final_actor), torch.from_numpy(time_outs).to(self.device),
+                             critic_obs=self._tensor(critic), final_critic_obs=self._tensor(final_critic),
+                             episode=dict(zip(self.episode_metrics, sums.unbind(0))))
+        extras["reward_terms"] = scaled
         return (obs, torch.from_numpy(rewards.astype(np.float32)).to(self.device),
                 torch.from_numpy(dones).to(self.device), extras)
 
@@ -228,7 +226,7 @@ class T1NativeVecEnv:
         if self._gait_reader is None:
             import jax
 
-            from envs.playground import GaitSignals
+            from envs.playground.mjx import GaitSignals
 
             reader = GaitSignals(_GaitView(self))
             self._gait_reader = (jax.jit(jax.vmap(reader.per_step)), reader.static(1))

@@ -1,8 +1,8 @@
 """Memory-lean copies of EnvPool's Playground scene files, generated at first use.
 
 EnvPool loads one MuJoCo model per env, and the stock humanoid scenes carry the
-robots' visual meshes and an 800x800 skybox: 40-110 MB per env, so 1024 T1 envs do
-not fit in 24 GB. Neither matters to the physics: visual geoms collide with nothing
+robots' visual meshes and an 800x800 skybox: tens of MB per env, so a thousand T1 envs
+do not fit in a workstation's memory (docs/performance.md). Neither matters to the physics: visual geoms collide with nothing
 (contype = conaffinity = 0) and, in bodies with an explicit `<inertial>`, add no mass
 (scenes with rangefinders, which see every geom, keep theirs).
 This module writes a copy of an asset package's scene folders without them into a

@@ -17,7 +17,7 @@ contacts, feet, height, torques, the raw command).
 
 The task's maths (reward terms, falls, contacts, the critic's observation) are functions of
 the array module, written once here: this MJX env calls them with `jax.numpy`, the
-native-MuJoCo backend of the same tasks (`envs/t1_native.py`, what `backend=auto` runs on a
+native-MuJoCo backend of the same tasks (`envs/playground/t1_native.py`, what `backend=auto` runs on a
 CPU) with `numpy`.
 """
 
@@ -149,7 +149,7 @@ def _scene(terrain: str) -> tuple[str, dict[str, bytes]]:
     """The MJCF text and assets of Playground's T1 scene for a terrain (public env API)."""
     from mujoco_playground import registry
 
-    from envs.playground import use_menagerie
+    from envs.playground.menagerie import use_menagerie
 
     task = PLAYGROUND_SCENES[terrain]
     use_menagerie(task)
@@ -187,7 +187,7 @@ def initial_qpos(model: mujoco.MjModel, control: t1.T1Control) -> np.ndarray:
 
 class ModelIndex:
     """Where the task reads the T1 model's state: sites, sensor addresses, soft joint limits.
-    Both backends (MJX here, native MuJoCo in `envs/t1_native.py`) index with it."""
+    Both backends (MJX here, native MuJoCo in `envs/playground/t1_native.py`) index with it."""
 
     def __init__(self, model: mujoco.MjModel, soft_joint_limit_factor: float) -> None:
         self.imu_site = model.site(IMU_SITE).id
@@ -229,7 +229,7 @@ def contacts_from(xp, sensordata, index: ModelIndex):
 
 
 def feet_gait_signals(xp, sensordata, index: ModelIndex) -> dict:
-    """The feet, for the gait metrics (`envs/playground.py`'s GaitSignals adds base, joints and torques)."""
+    """The feet, for the gait metrics (`envs/playground/`'s GaitSignals adds base, joints and torques)."""
     return {"foot_vel_xy": sensordata[..., index.foot_linvel_adr][..., :2],
             "foot_contact": contacts_from(xp, sensordata, index)}
 
@@ -489,7 +489,7 @@ class T1LowDimJoystick(MjxEnv):
         return {"state": actor, "privileged_state": privileged}
 
     def gait_signals(self, data: mjx.Data, info: dict) -> dict[str, jax.Array]:
-        """Feet, for the gait metrics (`envs/playground.py` adds the base, joints and torques)."""
+        """Feet, for the gait metrics (`envs/playground/` adds the base, joints and torques)."""
         return feet_gait_signals(jnp, data.sensordata, self._index)
 
     # -- rewards

@@ -1,0 +1,11 @@
+"""The MuJoCo Playground suite: one module per concern.
+
+- `config`: Playground's registry with our tasks, task configs and overrides, robot models, JAX cache;
+- `menagerie`, `lean_assets`: where robot models come from, and EnvPool's memory-lean scene copies;
+- `mjx`: the MJX (JAX) adapter; `envpool`: EnvPool's native-MuJoCo adapter;
+- `t1_lowdim`: our Booster T1 task (the sim-to-real one); `t1_native`: its native-MuJoCo backend;
+- `backend`: which of these runs a task (`make`, the suite's entry).
+"""
+
+from envs.playground.backend import BACKENDS, choose_backend, make  # noqa: F401
+from envs.playground.config import tasks  # noqa: F401

@@ -1,0 +1,124 @@
+"""The package layout's rules, read from the source (every import, also those inside functions):
+no import circle between modules, the learner apart from the application, the deployment
+contract apart from the training envs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("fast_td3", "envs", "sim2real")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` imports anywhere in its body (`from a import b` counts as a.b
+    when a.b is a module, else as a)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                     for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in modules)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def parent_packages(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    # a package's __init__ re-exporting its modules is not a dependency of those modules on it
+    graph = {name: {t for t in targets if t not in parent_packages(name)} for name, targets in graph.items()}
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_learner_imports_nothing_from_the_application():
+    graph = import_graph()
+    for name, targets in graph.items():
+        if name.startswith("fast_td3.learner"):
+            outside = {t for t in targets if not t.startswith("fast_td3.learner") and t != "fast_td3"}
+            assert not outside, f"{name} imports {sorted(outside)}"
+
+
+def test_training_uses_analysis_only_for_pure_measurements():
+    """The in-run evaluation computes gait metrics and critic diagnostics; those two modules read
+    arrays, never the application, so the application can use them without a circle."""
+    graph = import_graph()
+    used = {t for name, targets in graph.items() if name.startswith("fast_td3.training")
+            for t in targets if t.startswith("fast_td3.analysis")}
+    assert used <= {"fast_td3.analysis.gait_metrics", "fast_td3.analysis.diagnostics"}, used
+    for module in used:
+        assert not {t for t in graph[module] if t.startswith(("fast_td3.training", "envs", "sim2real"))}
+
+
+def test_the_deployment_contract_imports_nothing_from_the_envs():
+    graph = import_graph()
+    assert not {t for t in graph["sim2real.t1"] if t.startswith(("envs", "fast_td3"))}
+    assert not {t for t in graph["sim2real.deploy"] if t.startswith(("envs", "fast_td3"))}
+
+
+def test_no_module_shadows_the_standard_library():
+    import sys
+
+    shadowing = {name for name in project_modules() if name.rsplit(".", 1)[-1] in sys.stdlib_module_names}
+    assert not shadowing, shadowing

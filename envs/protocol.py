@@ -47,9 +47,10 @@ tests run it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # the CLIs check their arguments before torch is imported
+    import torch
 
 # extras keys
 TIME_OUTS = "time_outs"

@@ -1,6 +1,7 @@
 """`fast-td3-export`: a checkpoint's policy as a self-contained deployment bundle.
 
-    fast-td3-export checkpoint=runs/T1JoystickFlatTerrain/<run> out=bundles/t1
+    fast-td3-export checkpoint=runs/T1JoystickFlatTerrain/<run> out=bundles/t1              # its best checkpoint
+    fast-td3-export checkpoint=runs/T1JoystickFlatTerrain/<run> out=bundles/t1 use=latest   # its newest one
     fast-td3-export checkpoint=runs/.../checkpoints/step_000100000.pt out=bundles/t1 force=true
 
 The bundle folder holds:
@@ -10,8 +11,8 @@ The bundle folder holds:
   policy.onnx  the same function (input `obs`, output `actions`, dynamic batch axis, opset 17,
                one file); `meta.json` embedded in `metadata_props` under `fast_td3_meta`.
   meta.json    task, source checkpoint and step, sizes, normaliser statistics, ranges, and a
-               `deploy` section from `sim2real.t1.bundle_extras` for T1 tasks.
-  T1.yaml      T1 tasks only: the deploy configuration (`sim2real.t1.bundle_extras`).
+               `deploy` section from `t1_bundle_extras` for T1 tasks.
+  T1.yaml      T1 tasks only: the deploy configuration (`t1_bundle_extras`).
 
 The bundle is written into a temporary sibling folder and renamed into place, so a killed
 export never leaves half a bundle. The last line printed is one JSON object with its path.
@@ -99,10 +100,15 @@ def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
     raise ValueError(f"cannot export an observation normaliser of type {type(normalizer).__name__}")
 
 
-def _t1_extras(cfg) -> dict | None:
-    from sim2real.t1 import bundle_extras
+def t1_bundle_extras(cfg) -> dict | None:
+    """The T1 parts of an export bundle for a run's config (`TrainConfig`), or None for other tasks:
+    the deployment contract of the Playground config the run trained with."""
+    if not cfg.env.task.startswith("T1LowDimJoystick"):
+        return None
+    from envs.playground.t1_lowdim import deploy_spec
 
-    return bundle_extras(cfg)
+    spec = deploy_spec(dict(cfg.env.options.get("config_overrides") or {}))
+    return {"meta": spec.meta() | {"source_task": cfg.env.task}, "deploy_yaml": spec.deploy_yaml()}
 
 
 def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_actions: int,
@@ -246,8 +252,10 @@ def _check_out(out: Path, force: bool) -> None:
         raise FileExistsError(f"{out} exists and is not empty (force=true replaces it)")
 
 
-def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False) -> Path:
-    """Export a run folder's latest checkpoint (or a checkpoint file) into the bundle `out`.
+def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False,
+                  use: str | None = None, say=None) -> Path:
+    """Export a checkpoint file, or a run folder's best or latest checkpoint (`use`; None: best.pt
+    when the run has one), into the bundle `out`; `say` gets a line naming the checkpoint.
 
     Returns the bundle folder. Raises `ValueError` when the checkpoint's observation sizes
     disagree (actor, normaliser, envs, and for T1 the deploy observation layout),
@@ -260,11 +268,11 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
 
     out = Path(out).expanduser().absolute()
     _check_out(out, force)
-    checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint)
+    checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint, use, say, latest_option="use=latest")
     task = cfg.env.task
     num_obs = _check_sizes(checkpoint, task)
     num_actions = int(checkpoint["env"]["num_actions"])
-    extras = _t1_extras(cfg)
+    extras = t1_bundle_extras(cfg)
     if extras is not None:
         deploy_obs = extras["meta"].get("observation", {}).get("size")
         if deploy_obs is not None and int(deploy_obs) != num_obs:
@@ -308,17 +316,20 @@ def load_bundle_policy(bundle_dir: str | Path) -> tuple[torch.jit.ScriptModule, 
 
 
 # --------------------------------------------------------------------------- command line
-USAGE = """usage: fast-td3-export checkpoint=<run folder or checkpoint file> out=<bundle folder> [device=cpu] [force=false]
+USAGE = """usage: fast-td3-export checkpoint=<run folder or checkpoint file> out=<bundle folder> [use=best|latest]
+                       [device=cpu] [force=false]
 
 Export a checkpoint's policy as a deployment bundle (policy.pt, policy.onnx, meta.json, and
 T1.yaml for T1 tasks).
 
-  checkpoint  a run folder (its latest checkpoint) or a checkpoint file
+  checkpoint  a run folder or a checkpoint file
   out         the bundle folder to create (a non-empty one is refused unless force=true)
+  use         from a run folder: best (checkpoints/best.pt, the best evaluation during training) or latest
+              (the newest step_<N>.pt); default: best when the run has one, else latest
   device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
   force       true: replace an existing bundle folder
 """
-_KEYS = ("checkpoint", "out", "device", "force")
+_KEYS = ("checkpoint", "out", "use", "device", "force")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -340,6 +351,8 @@ def _parse(argv: list[str]) -> dict[str, str]:
     for key in ("checkpoint", "out"):
         if not args.get(key):
             _fail(f"missing {key}=...\n{USAGE}")
+    if args.get("use", "best") not in ("best", "latest"):
+        _fail(f"use must be best or latest, got {args['use']!r}")
     if args.get("force", "false").lower() not in _TRUE + _FALSE:
         _fail(f"force must be true or false, got {args['force']!r}")
     return args
@@ -349,7 +362,8 @@ def cli(argv: list[str] | None = None) -> None:
     args = _parse(sys.argv[1:] if argv is None else list(argv))
     try:
         bundle = export_bundle(args["checkpoint"], args["out"], args.get("device", "cpu"),
-                               args.get("force", "false").lower() in _TRUE)
+                               args.get("force", "false").lower() in _TRUE, args.get("use"),
+                               say=lambda line: print(f"fast-td3-export: {line}", file=sys.stderr))
     except (FileNotFoundError, FileExistsError, ImportError, ValueError) as error:
         _fail(str(error))
     meta = json.loads((bundle / META_JSON).read_text())

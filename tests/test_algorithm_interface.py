@@ -101,6 +101,6 @@ def test_format_1_checkpoints_still_load(tmp_path):
 
 
 def test_the_runner_names_no_algorithm():
-    source = (Path(__file__).resolve().parent.parent / "fast_td3" / "runner.py").read_text()
+    source = (Path(__file__).resolve().parent.parent / "fast_td3" / "training" / "runner.py").read_text()
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("#", '"')))
     assert not re.search(r"FastTD3|FastSAC|PerEnvGaussianNoise|fast_sac", code)

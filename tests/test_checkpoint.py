@@ -149,3 +149,43 @@ def test_checkpoints_of_another_run_or_a_newer_format_are_refused(tmp_path):
     torch.save({"weights": torch.zeros(2)}, path)
     with pytest.raises(ckpt.CheckpointError, match="not a fast-td3 checkpoint .*without global_step, agent, env, config"):
         ckpt.load(path)
+
+
+def test_best_is_kept_through_rotation_taken_by_the_tools_and_never_resumed(tmp_path):
+    manager = ckpt.CheckpointManager(tmp_path, keep=1)
+    manager.save(state_of(10), 10)
+    path, which = ckpt.pick_checkpoint(tmp_path)
+    assert (path.name, which) == ("step_000000010.pt", "latest")  # no best.pt yet: the newest
+    assert "the run has no best.pt" in ckpt.describe_pick(path, which, ckpt.load(path))
+    with pytest.raises(FileNotFoundError, match="no best checkpoint"):
+        ckpt.pick_checkpoint(tmp_path, "best")
+    manager.save_best(state_of(10, best_eval={"step": 10, "return_mean": 1000.0}))
+    for step in (20, 30):
+        manager.save(state_of(step), step)
+    assert [p.name for p in manager.all()] == ["step_000000030.pt"]  # rotated
+    best = manager.dir / "best.pt"
+    assert best.is_file() and ckpt.load(best)["global_step"] == 10  # kept through rotation
+    assert ckpt.pick_checkpoint(tmp_path) == (best, "best")
+    assert ckpt.pick_checkpoint(tmp_path, "best") == (best, "best")
+    assert ckpt.pick_checkpoint(tmp_path, "latest") == (manager.latest(), "latest")
+    assert ckpt.pick_checkpoint(manager.dir / "latest") == (best, "best")  # the pointer names the run
+    assert ckpt.pick_checkpoint(best) == (best, "named")
+    assert ckpt.describe_pick(best, "best", ckpt.load(best)) == (
+        f"best checkpoint {best} (global step 10, eval return 1000 in training); --use latest takes the newest")
+    with pytest.raises(ValueError, match="a checkpoint file; latest chooses within a run folder"):
+        ckpt.pick_checkpoint(best, "latest")
+    # a resume always continues from the newest checkpoint
+    assert ckpt.pick_for_resume(tmp_path)[0] == manager.latest()
+    with pytest.raises(ckpt.CheckpointError, match="best.pt is for fast-td3-eval"):
+        ckpt.pick_for_resume(best)
+
+
+def test_a_resume_from_an_older_checkpoint_sets_a_newer_best_aside(tmp_path):
+    manager = ckpt.CheckpointManager(tmp_path, keep=5)
+    for step in (10, 20):
+        manager.save(state_of(step), step)
+    manager.save_best(state_of(20))
+    manager.set_aside_after(20)
+    assert manager.best() is not None  # not newer than the resumed step
+    manager.set_aside_after(10)
+    assert manager.best() is None and (manager.dir / "abandoned_1" / "best.pt").is_file()

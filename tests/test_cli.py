@@ -95,14 +95,47 @@ def test_train_then_eval_prints_one_json_line(tmp_path):
     assert "Precision: fp32 (set explicitly)" in result.stdout
     assert "precision: fp32\n" in (run_dir / "config.yaml").read_text().split("resolved:")[1]
     records = read_metrics(run_dir)
-    assert [r["step"] for r in records if "eval/return_mean" in r] == [20, 40]
+    evals = [(r["step"], r["eval/return_mean"]) for r in records if "eval/return_mean" in r]
+    assert [step for step, _ in evals] == [20, 40]
+    best_step, best_return = max(evals, key=lambda e: (e[1], e[0]))  # on a tie the later one
+    # the run ends with its evaluations and the commands that come next, with this run's folder
+    summary = result.stdout[result.stdout.index("Finished InvertedPendulum-v5: 40 global steps."):]
+    assert f"final eval  return {evals[-1][1]:.4g}" in summary
+    assert (f"best eval   return {best_return:.4g} at global step {best_step}, kept as run/checkpoints/best.pt"
+            in summary)
+    for command in ("fast-td3-eval run ", "fast-td3-play run --video run/play.mp4", "fast-td3-report run ",
+                    "fast-td3-train resume=run total_steps=80", "logger=tensorboard turns it on"):
+        assert command in summary, command
+    assert "fast-td3-export" not in summary  # T1 tasks only
     evaluated = run([EVAL, str(run_dir), "--episodes", "3"], tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
     line = json.loads(evaluated.stdout.strip().splitlines()[-1])
-    assert line["task"] == "InvertedPendulum-v5" and line["step"] == 40 and line["episodes"] == 3
+    assert line["task"] == "InvertedPendulum-v5" and line["step"] == best_step and line["episodes"] == 3
+    assert f"fast-td3-eval: best checkpoint {run_dir / 'checkpoints' / 'best.pt'} (global step {best_step}" in \
+        evaluated.stderr
+    latest = run([EVAL, str(run_dir), "--episodes", "3", "--use", "latest"], tmp_path)
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout.strip().splitlines()[-1])["step"] == 40
     assert line["return_mean"] > 0 and line["return_std"] >= 0
     # gait metrics come with every evaluation; a pendulum reports only what the runner knows itself
     assert set(line["gait"]) == {"action_smoothness", "fall_rate"} and 0 <= line["gait"]["fall_rate"] <= 1
+
+
+def test_the_summary_names_export_for_t1_tasks_tensorboard_when_it_was_on_and_the_sweep(tmp_path, monkeypatch):
+    from fast_td3.training.run_summary import FinishedRun, summary
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "runs" / "sweeps" / "s" / "0_T1LowDimJoystickFlatTerrain_seed1"
+    ckpt.CheckpointManager(run_dir).save({"global_step": 10}, 10)
+    text = summary(FinishedRun(run_dir, "T1LowDimJoystickFlatTerrain", 10, {}, tensorboard=True, has_viewer=True,
+                               sweep_dir=run_dir.parent))
+    folder = "runs/sweeps/s/0_T1LowDimJoystickFlatTerrain_seed1"
+    assert "final eval  none during training" in text and "best eval" not in text
+    for command in (f"fast-td3-eval {folder} ", f"fast-td3-play {folder} ", "fast-td3-report runs/sweeps/s ",
+                    f"fast-td3-export checkpoint={folder} out={folder}/bundle ",
+                    f"fast-td3-train resume={folder} total_steps=20 ", f"tensorboard --logdir {folder} "):
+        assert command in text, command
+    assert "TensorBoard was off" not in text and "evaluate the latest checkpoint" in text
 
 
 def test_run_folder_layout_and_multirun(tmp_path):
@@ -271,6 +304,7 @@ def test_eval_writes_a_video_of_the_first_episode(tmp_path):
     assert played.returncode == 0, played.stderr
     record = json.loads(played.stdout.strip().splitlines()[-1])
     assert record["steps"] == 30 and record["episodes"] >= 2  # 12-step episodes, 2 envs
+    assert "fast-td3-play: best checkpoint" in played.stderr and record["checkpoint"].endswith("best.pt")
     assert imageio.imread(tmp_path / "play.mp4", index=None).shape[0] == 30
     # gymnasium has no interactive viewer: the error says what to do instead
     viewed = run([PLAY, "run"], tmp_path)

@@ -152,7 +152,7 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     (run_dir,) = (tmp_path / "InvertedPendulum-v5").iterdir()
     assert run_dir.name.startswith("torchrun-")
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) == [
-        "step_000000020.pt", "step_000000040.pt"]
+        "best.pt", "step_000000020.pt", "step_000000040.pt"]  # best.pt: from rank 0 alone, like the others
     records = read_metrics(run_dir)
     evals = [r for r in records if "eval/return_mean" in r]
     assert [r["step"] for r in evals] == [20, 40] and all(r["eval/episodes"] == 6 for r in evals)

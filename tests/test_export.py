@@ -16,6 +16,7 @@ onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
 import sim2real.t1  # noqa: E402
+import sim2real.export  # noqa: E402
 from fast_td3.training import checkpoint as ckpt  # noqa: E402
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
 from helpers import make_runner, tiny_train_config  # noqa: E402
@@ -218,7 +219,7 @@ def fake_t1_extras(observation_size, action_size=NUM_ACTIONS):
 
 def test_t1_extras_go_into_meta_and_t1_yaml(run_dir, tmp_path, monkeypatch):
     extras, calls = fake_t1_extras(NUM_OBS)
-    monkeypatch.setattr(sim2real.t1, "bundle_extras", extras)
+    monkeypatch.setattr(sim2real.export, "t1_bundle_extras", extras)
     out = export_bundle(run_dir, tmp_path / "bundle")
     assert calls == [TASK]
     meta = json.loads((out / "meta.json").read_text())
@@ -231,7 +232,7 @@ def test_t1_extras_go_into_meta_and_t1_yaml(run_dir, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sizes, named", [((85, NUM_ACTIONS), ("85", "4")), ((NUM_OBS, 12), ("12", "1"))])
 def test_t1_layout_that_does_not_fit_the_checkpoint_is_refused(run_dir, tmp_path, monkeypatch, sizes, named):
-    monkeypatch.setattr(sim2real.t1, "bundle_extras", fake_t1_extras(*sizes)[0])
+    monkeypatch.setattr(sim2real.export, "t1_bundle_extras", fake_t1_extras(*sizes)[0])
     with pytest.raises(ValueError) as error:
         export_bundle(run_dir, tmp_path / "bundle")
     message = str(error.value)
@@ -239,11 +240,29 @@ def test_t1_layout_that_does_not_fit_the_checkpoint_is_refused(run_dir, tmp_path
     assert not (tmp_path / "bundle").exists()
 
 
+def test_a_run_exports_its_best_checkpoint_unless_told_latest(run_dir, tmp_path):
+    import shutil
+
+    run_copy = tmp_path / "run"
+    shutil.copytree(run_dir, run_copy)
+    state = ckpt.load(ckpt.find_checkpoint(run_copy))
+    best_state = {**state, "global_step": 3, "best_eval": {"step": 3, "return_mean": 9.0}}
+    ckpt.CheckpointManager(run_copy).save_best(best_state)
+    best = run([EXPORT, f"checkpoint={run_copy}", f"out={tmp_path / 'best'}"], cwd=tmp_path)
+    assert best.returncode == 0, best.stderr
+    assert json.loads(best.stdout.strip().splitlines()[-1])["step"] == 3
+    assert "fast-td3-export: best checkpoint" in best.stderr and "use=latest takes the newest" in best.stderr
+    latest = run([EXPORT, f"checkpoint={run_copy}", f"out={tmp_path / 'latest'}", "use=latest"], cwd=tmp_path)
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout.strip().splitlines()[-1])["step"] == STEPS
+
+
 def test_cli_help_and_bad_arguments(capsys):
     with pytest.raises(SystemExit) as helped:
         cli(["--help"])
     assert helped.value.code == 0 and "checkpoint=" in capsys.readouterr().out
-    for argv in (["out=x"], ["checkpoint=x", "out=y", "colour=red"], ["checkpoint=x", "out=y", "force=maybe"]):
+    for argv in (["out=x"], ["checkpoint=x", "out=y", "colour=red"], ["checkpoint=x", "out=y", "force=maybe"],
+                 ["checkpoint=x", "out=y", "use=newest"]):
         with pytest.raises(SystemExit) as failed:
             cli(argv)
         assert failed.value.code == 2
@@ -251,7 +270,7 @@ def test_cli_help_and_bad_arguments(capsys):
 
 
 def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
-    """`sim2real.t1.bundle_extras` itself, on a checkpoint saved the way the runner saves one."""
+    """`sim2real.export.t1_bundle_extras` itself, on a checkpoint saved the way the runner saves one."""
     from dataclasses import asdict
 
     from fast_td3.learner.algorithms.fast_td3 import FastTD3
@@ -260,7 +279,7 @@ def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
 
     cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),
                       algo=tiny_config(), device="cpu")
-    expected = sim2real.t1.bundle_extras(cfg)
+    expected = sim2real.export.t1_bundle_extras(cfg)
     num_obs, num_actions = expected["meta"]["observation"]["size"], expected["meta"]["action"]["size"]
     agent = FastTD3(cfg.algo, num_obs, num_actions, None, 2, "cpu")
     state = {"global_step": 123, "agent": agent.training_state(), "config": asdict(cfg),

@@ -245,3 +245,46 @@ def test_resuming_from_an_older_checkpoint_sets_later_ones_aside(tmp_path):
     aside = sorted(p.name for p in (tmp_path / "checkpoints" / "abandoned_1").iterdir())
     assert aside == ["step_000000020.pt", "step_000000030.pt"]
     second.env.close()
+
+
+def test_the_best_evaluation_is_kept_as_best_pt_and_a_resume_takes_the_latest(tmp_path, monkeypatch):
+    """fast-td3-eval takes best.pt from a run folder: it must hold the best-evaluated policy
+    (on a tie the later one) whatever keep_checkpoints rotated away, while a resume goes on
+    from the newest checkpoint and still knows the best so far."""
+    import fast_td3.training.runner as runner_module
+
+    returns = iter([5.0, 9.0, 7.0, 9.0, 3.0, 8.0])
+    monkeypatch.setattr(runner_module, "summarize", lambda episodes: {
+        "eval/return_mean": next(returns), "eval/return_std": 0.0, "eval/length_mean": 1.0, "eval/episodes": 2.0})
+    cfg = tiny_train_config(total_steps=50)
+    cfg.eval_interval, cfg.save_interval, cfg.keep_checkpoints = 10, 10, 1
+    first = make_runner(cfg, tmp_path)
+    first.train()
+    first.env.close(), first.eval_env.close()
+    assert [ckpt.step_of(p) for p in first.checkpoints.all()] == [50]
+    best = ckpt.load(tmp_path / "checkpoints" / "best.pt")
+    assert best["global_step"] == 40 and best["best_eval"] == {"step": 40, "return_mean": 9.0}
+    assert "buffer" not in best
+    assert ckpt.pick_checkpoint(tmp_path) == (tmp_path / "checkpoints" / "best.pt", "best")
+
+    cfg.total_steps = 60
+    second = make_runner(cfg, tmp_path)
+    second.load(tmp_path)
+    assert second.global_step == 50 and second.best_eval == {"step": 40, "return_mean": 9.0}
+    second.train()  # evaluates 8.0 at step 60: not a new best
+    second.env.close(), second.eval_env.close()
+    assert ckpt.load(tmp_path / "checkpoints" / "best.pt")["global_step"] == 40
+
+
+def test_learning_start_and_first_update_are_printed_before_the_first_metrics_line(tmp_path, capsys):
+    cfg = tiny_train_config(total_steps=10)
+    cfg.logger.console = True
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    runner.train()
+    runner.env.close()
+    lines = capsys.readouterr().out.splitlines()
+    starts = next(i for i, line in enumerate(lines) if "the first update starts" in line)
+    done = next(i for i, line in enumerate(lines) if "first update done in" in line)
+    first_metrics = next(i for i, line in enumerate(lines) if line.startswith("[InvertedPendulum-v5] step 10/10"))
+    assert lines[0].startswith("Metrics: ") and starts < done < first_metrics
+    assert "ETA estimating..." in lines[first_metrics]  # a 10-step run never gets a reliable rate

@@ -1,11 +1,14 @@
 """`fast-td3-eval`: returns of a checkpoint over N deterministic episodes, optionally a video.
 
-    fast-td3-eval runs/HalfCheetah-v5/<run>                 # latest checkpoint of a run
+    fast-td3-eval runs/HalfCheetah-v5/<run>                 # the run's best checkpoint (else its latest)
+    fast-td3-eval runs/HalfCheetah-v5/<run> --use latest    # the newest checkpoint
     fast-td3-eval runs/.../checkpoints/step_000050000.pt --episodes 20 --video cheetah.mp4
 
-The envs are rebuilt from the checkpoint's own config. The last line printed is one
+From a run folder it takes checkpoints/best.pt (the best evaluation during training) when the
+run has one, else the newest step_<N>.pt, and says which on stderr. The envs are rebuilt from
+the checkpoint's own config. The last line printed is one
 JSON object: task, checkpoint, step, episodes, return_mean, return_std, length_mean, and
-gait (the gait metrics of these episodes that the env's signals allow, README "Gait metrics").
+gait (the gait metrics of these episodes that the env's signals allow, docs/reward-tuning.md, "Gait metrics").
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import OmegaConf
@@ -28,6 +32,7 @@ from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
 from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
 from fast_td3.training.metrics_log import json_safe
+from fast_td3.training.quiet import silence_library_noise
 from fast_td3.training.run_state import upgrade
 
 
@@ -42,10 +47,15 @@ def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> Off
     return agent.eval()
 
 
-def load_checkpoint(path: str | Path) -> tuple[Path, dict, TrainConfig]:
-    """(checkpoint file, its contents, the run's config) of a run folder or checkpoint file."""
-    checkpoint_path = ckpt.find_checkpoint(path)
+def load_checkpoint(path: str | Path, use: str | None = None, say: Callable[[str], None] | None = None,
+                    latest_option: str = "--use latest") -> tuple[Path, dict, TrainConfig]:
+    """(checkpoint file, its contents, the run's config) of a checkpoint file or a run folder
+    (`use`: best, latest, or None for best.pt when the run has one; `ckpt.pick_checkpoint`).
+    `say` gets one line naming the checkpoint taken."""
+    checkpoint_path, which = ckpt.pick_checkpoint(path, use)
     checkpoint = upgrade(ckpt.load(checkpoint_path))
+    if say is not None:
+        say(ckpt.describe_pick(checkpoint_path, which, checkpoint, latest_option))
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), checkpoint["config"]))
     return checkpoint_path, checkpoint, cfg
 
@@ -57,8 +67,11 @@ def evaluate_checkpoint(
     device: str = "auto",
     video: str | Path | None = None,
     video_fps: int = 30,
+    use: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> dict:
-    checkpoint_path, checkpoint, cfg = load_checkpoint(path)
+    checkpoint_path, checkpoint, cfg = load_checkpoint(path, use, say)
+    silence_library_noise(cfg.env.suite)
     torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     options = cfg.env.adapter_options(evaluation=True)
@@ -102,7 +115,10 @@ def evaluate_checkpoint(
 
 def cli(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="fast-td3-eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("checkpoint", help="a run folder or a checkpoint file")
+    parser.add_argument("--use", choices=ckpt.CHOICES, default=None,
+                        help="from a run folder: best (checkpoints/best.pt, the best evaluation during training) or "
+                             "latest (the newest step_<N>.pt); default: best when the run has one, else latest")
     parser.add_argument("--episodes", type=int, default=10, help="episodes, one per env (default 10)")
     parser.add_argument("--seed", type=int, default=None, help="eval seed (default: the run's eval seed)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
@@ -118,7 +134,8 @@ def cli(argv: list[str] | None = None) -> None:
             parser.error(f'writing {Path(args.video).suffix} videos needs ffmpeg: pip install -e ".[video]" '
                          "(or write a .gif)")
     try:
-        result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps)
+        result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps,
+                                     args.use, say=lambda line: print(f"fast-td3-eval: {line}", file=sys.stderr))
     except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
         print(f"fast-td3-eval: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -5,7 +5,9 @@
     fast-td3-play runs/<task>/<run> --video walk.mp4 --steps 500         # any suite: a video of env 0
     fast-td3-play sim2real/pretrained/t1_flat --video t1.mp4             # a T1 bundle through the sim-to-sim sequence
 
-The env is rebuilt from the checkpoint's config, with the suite's play settings (mjlab:
+From a run folder it plays checkpoints/best.pt (the best evaluation during training) when the
+run has one, else the newest step_<N>.pt (`--use latest` / `--use best` choose), and says which
+on stderr. The env is rebuilt from the checkpoint's config, with the suite's play settings (mjlab:
 the task's play config; Isaac Lab: a window) and no exploration noise. Viewers are the
 simulator's own; suites that have none can still record a video. With `--video` the last
 line printed is one JSON object: task, checkpoint, step, steps, episodes, return_mean, video.
@@ -23,14 +25,17 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from envs.protocol import VecEnv
+from envs.protocol import VecEnv, suite_hook
 from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
 from fast_td3.learner.device import resolve_device
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
+from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.evaluation import eval_seed, write_video
+from fast_td3.training.quiet import silence_library_noise
 
 DEFAULT_VIDEO_STEPS = 1000
 
@@ -58,14 +63,18 @@ def play(
     video: str | Path | None = None,
     fps: int | None = None,
     device: str = "auto",
+    use: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> dict | None:
-    checkpoint_path, checkpoint, cfg = load_checkpoint(path)
+    checkpoint_path, checkpoint, cfg = load_checkpoint(path, use, say)
+    silence_library_noise(cfg.env.suite)
     torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     adapter = load_adapter(cfg.env.suite)
-    if video is None and not hasattr(adapter, "view"):
+    view = suite_hook(adapter, "view")
+    if video is None and view is None:
         raise EnvOptionError(f"suite '{cfg.env.suite}' has no viewer; record a video instead (--video out.mp4)")
-    options = {**cfg.env.adapter_options(evaluation=True), **getattr(adapter, "PLAY_OPTIONS", {})}
+    options = {**cfg.env.adapter_options(evaluation=True), **suite_hook(adapter, "PLAY_OPTIONS")}
     if video is not None:
         options["render_mode"] = "rgb_array"
         options.pop("headless", None)  # recording needs no window
@@ -76,7 +85,7 @@ def play(
 
     try:
         if video is None:
-            adapter.view(env, policy, viewer=viewer, steps=steps)
+            view(env, policy, viewer=viewer, steps=steps)
             return None
         steps = steps or min(env.max_episode_steps, DEFAULT_VIDEO_STEPS)  # play configs may never end
         frames, finished = record(env, policy, steps)
@@ -99,7 +108,10 @@ def cli(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("checkpoint", help="a run folder (its latest checkpoint), a checkpoint file, or a T1 export bundle")
+    parser.add_argument("checkpoint", help="a run folder, a checkpoint file, or a T1 export bundle")
+    parser.add_argument("--use", choices=ckpt.CHOICES, default=None,
+                        help="from a run folder: best (checkpoints/best.pt, the best evaluation during training) or "
+                             "latest (the newest step_<N>.pt); default: best when the run has one, else latest")
     parser.add_argument("--num-envs", type=int, default=1, help="envs to simulate (default 1)")
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps to run (default: until the viewer closes; for --video one episode, at most 1000)")
@@ -124,9 +136,11 @@ def cli(argv: list[str] | None = None) -> None:
         from sim2real.watch import is_bundle, play_bundle  # the simulator stays out of fast_td3/
 
         if is_bundle(args.checkpoint):
+            silence_library_noise()  # native MuJoCo
             result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps)
         else:
-            result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device)
+            result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device,
+                          args.use, say=lambda line: print(f"fast-td3-play: {line}", file=sys.stderr))
     except (FileNotFoundError, ImportError, UnknownTaskError, ValueError, RuntimeError) as error:
         print(f"fast-td3-play: error: {error}", file=sys.stderr)
         sys.exit(2)

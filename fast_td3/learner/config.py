@@ -141,7 +141,7 @@ class AlgoConfig:
     weight_decay: float = 0.1
     """AdamW weight decay of the actor and critic optimisers."""
     adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
-    """AdamW betas; ahead of the reference's (0.9, 0.999) on HalfCheetah, tied on Hopper (README)."""
+    """AdamW betas; ahead of the reference's (0.9, 0.999) on HalfCheetah, tied on Hopper (docs/algorithms.md)."""
     max_grad_norm: float = 0.0
     """Clip gradients to this global norm (0 disables clipping)."""
 

@@ -3,7 +3,7 @@
 bf16 autocast halves memory traffic and doubles matmul throughput where the
 hardware has native bf16 (CUDA compute capability 8.0+, Intel AMX or
 AVX512_BF16); elsewhere bf16 is emulated and the update runs many times slower
-(17x, measured on an AVX2-only AMD EPYC). `auto` therefore asks the hardware:
+(measurements: docs/performance.md). `auto` therefore asks the hardware:
 on CUDA its compute capability, on a CPU its bf16 instruction flags and, where
 they exist, a sub-second matmul race at the update's shape, cached per machine.
 """

@@ -6,6 +6,11 @@ file or the new one, never a torn one. Device work is synchronised before saving
 no tensor is copied to the host while a kernel still writes it. Files are loaded with
 `weights_only=True` (plain tensors, numbers, strings, lists and dicts only).
 
+Besides the rotating `step_<N>.pt` files, `best.pt` holds the checkpoint of the best
+evaluation so far (no replay buffer; never rotated away): what fast-td3-eval, -play and
+-export take from a run folder by default. Resuming always continues from the newest
+`step_<N>.pt` (`pick_for_resume`).
+
 Files that cannot be used (truncated by a full disk or a cut copy, not a checkpoint at
 all, from a newer format) raise `CheckpointError`, one line naming the file and why; a
 failed write raises `CheckpointWriteError` naming the OS error (e.g. ENOSPC) and the last
@@ -24,6 +29,10 @@ from typing import Any
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+BEST_FILE = "best.pt"
+BEST = "best"
+CHOICES = (BEST, LATEST)
+"""What a tool can take from a run folder: the best-evaluated checkpoint or the newest one."""
 UNREADABLE_DIR = "unreadable"
 FORMAT = 2
 """The checkpoint layout this version writes (2: the algorithm's own state inside `agent`;
@@ -232,10 +241,28 @@ class CheckpointManager:
             old.unlink(missing_ok=True)
         return path
 
+    def save_best(self, state: dict[str, Any]) -> Path:
+        """`best.pt`: the checkpoint of the best evaluation so far, kept whatever the rotation."""
+        path = self.dir / BEST_FILE
+        try:
+            save_atomic(state, path)
+        except OSError as error:
+            raise CheckpointWriteError(error.errno, f"could not write the best checkpoint {path}: "
+                                       f"{describe_os_error(error)}; the previous one is kept") from error
+        return path
+
+    def best(self) -> Path | None:
+        path = self.dir / BEST_FILE
+        return path if path.is_file() else None
+
     def set_aside_after(self, step: int) -> list[Path]:
-        """Move checkpoints newer than `step` into `checkpoints/abandoned_<N>/` (a resume from
-        an older checkpoint starts another history; nothing is deleted)."""
+        """Move checkpoints newer than `step` (best.pt too, when it is newer) into
+        `checkpoints/abandoned_<N>/` (a resume from an older checkpoint starts another
+        history; nothing is deleted)."""
         later = [p for p in self.all() if step_of(p) > step]
+        best = self.best()
+        if best is not None and (_step_or_none(best) or 0) > step:
+            later.append(best)
         if not later:
             return []
         target = self.dir / f"abandoned_{len(list(self.dir.glob('abandoned_*'))) + 1}"
@@ -277,12 +304,22 @@ class CheckpointManager:
         return files[-1] if files else None
 
 
+def _step_or_none(path: Path) -> int | None:
+    try:
+        return int(load(path, mmap=True)["global_step"])
+    except CheckpointError:
+        return None
+
+
 def pick_for_resume(path: str | Path) -> tuple[Path, dict[str, Any], list[tuple[Path, str]]]:
     """(the checkpoint to resume from, its contents mapped from disk, the unreadable newer ones
     with the reason for each). A checkpoint file is taken as named; in a run folder the newest
     checkpoint that reads is taken. CheckpointError when none reads; FileNotFoundError when
     there is none at all."""
     named = Path(path).expanduser()
+    if named.name == BEST_FILE:
+        raise CheckpointError(f"{named}: best.pt is for fast-td3-eval, -play and -export; a resume continues from "
+                              f"the newest checkpoint with resume={run_dir_of(named)} (or from an older step_<N>.pt)")
     path = find_checkpoint(named)
     if named.is_file() and named.name != LATEST:
         return path, load(path, mmap=True), []
@@ -317,6 +354,47 @@ def find_checkpoint(path: str | Path) -> Path:
                                     f"it again with hydra.run.dir={path})")
         return latest
     raise FileNotFoundError(f"{path} is neither a checkpoint file nor a run folder")
+
+
+def pick_checkpoint(path: str | Path, use: str | None = None) -> tuple[Path, str]:
+    """(the checkpoint fast-td3-eval, -play and -export take, which one: "best", "latest" or
+    "named").
+
+    A checkpoint file is taken as named. In a run folder `use="best"` takes best.pt (the best
+    evaluation during training), `use="latest"` the newest step_<N>.pt, and `use=None`
+    best.pt when the run has one, else the newest: what a user who saw the evaluations expects.
+    """
+    if use not in (None, *CHOICES):
+        raise ValueError(f"use must be one of {', '.join(CHOICES)}, got {use!r}")
+    named = Path(path).expanduser()
+    if named.is_file() and named.name != LATEST:
+        if use is not None:
+            raise ValueError(f"{named} is a checkpoint file; {use} chooses within a run folder "
+                             f"(pass {run_dir_of(named)})")
+        return named, "named"
+    run_dir = run_dir_of(named) if named.is_file() else named
+    best = CheckpointManager(run_dir).best() if run_dir.is_dir() else None
+    if use == BEST and best is None:
+        raise FileNotFoundError(f"no best checkpoint in {run_dir / CHECKPOINT_DIR}: best.pt comes with the first "
+                                "evaluation during training (take the latest checkpoint instead)")
+    if best is not None and use != LATEST:
+        return best, BEST
+    return find_checkpoint(run_dir), LATEST
+
+
+def describe_pick(path: Path, which: str, state: dict[str, Any], latest_option: str = "--use latest") -> str:
+    """One line on the checkpoint a tool took, e.g. 'best checkpoint runs/x/checkpoints/best.pt
+    (global step 1000, eval return 1000 in training); --use latest takes the newest'."""
+    step = int(state["global_step"])
+    if which == BEST:
+        score = (state.get("best_eval") or {}).get("return_mean")
+        scored = f", eval return {score:.4g} in training" if score is not None else ""
+        return f"best checkpoint {path} (global step {step}{scored}); {latest_option} takes the newest"
+    if which == LATEST:
+        has_best = CheckpointManager(run_dir_of(path)).best() is not None
+        return f"latest checkpoint {path} (global step {step}" + (
+            ")" if has_best else "; the run has no best.pt: nothing was evaluated during training)")
+    return f"checkpoint {path} (global step {step})"
 
 
 def run_dir_of(path: str | Path) -> Path:

@@ -56,9 +56,9 @@ class LoggerConfig:
     log_interval: int = 100
     """Global steps between metric logs (each log costs one device sync)."""
     console: bool = True
-    """Print a progress bar (on a terminal) or a metrics line per log (otherwise)."""
+    """Print a progress bar with its ETA (on a terminal) or a metrics line per log (otherwise)."""
     tensorboard: bool = False
-    """Write TensorBoard event files into <run folder>/tensorboard."""
+    """Write TensorBoard event files into <run folder>/tensorboard (view: tensorboard --logdir <run folder>)."""
     wandb_mode: str = "disabled"
     """wandb: 'online', 'offline', 'disabled', or 'auto' (online with credentials, else offline)."""
     wandb_project: str = "fast-td3"

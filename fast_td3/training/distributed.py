@@ -173,6 +173,15 @@ class SilentLogger:
     def advance(self, step: int) -> None:
         pass
 
+    def learning_begins(self, step: int, compiles: bool) -> None:
+        pass
+
+    def first_update_done(self, step: int, seconds: float) -> None:
+        pass
+
+    def paused_for(self, seconds: float) -> None:
+        pass
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 

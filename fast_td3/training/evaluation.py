@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations
+from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations, optional_attribute
 from fast_td3.analysis import gait_metrics
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -130,7 +130,7 @@ class EvalTrace:
 def read_gait_signals(env: VecEnv, trace: EvalTrace, to: Callable[[torch.Tensor], torch.Tensor] = lambda x: x):
     """The env's `gait_signals()` of the step just taken (None when it has no such hook), per-step
     entries moved with `to`; static entries go to `trace.gait_static` once."""
-    hook = getattr(env, gait_metrics.GAIT_SIGNALS_HOOK, None)
+    hook = optional_attribute(env, "gait_signals")
     if not callable(hook):
         return None
     gait = {}

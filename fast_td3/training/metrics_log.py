@@ -3,7 +3,7 @@
 `MetricsLogger.log(step, metrics)` takes host floats (the runner reads device
 metrics once per log interval) and fans them out. metrics.jsonl holds one JSON
 object per call, `{"step": ..., "env_steps": ..., "time": ..., <metric>: ...}`;
-its keys are listed in the README.
+its keys are listed in docs/runs.md.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import os
 import secrets
 import sys
 import time
+from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -71,8 +72,94 @@ def rewind_metrics(path: Path, step: int) -> None:
     os.replace(tmp, path)
 
 
+def display_path(path: str | Path) -> str:
+    """`path` as a user would type it here: relative to the working folder when inside it."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+class EtaEstimate:
+    """Time left in a run: the recent training rate, plus the evaluation and checkpoint pauses to come.
+
+    A rate since the start carries buffer filling and compilation forever; the last log interval
+    alone swings with every evaluation in it (one run showed 0:47 then 5:20 h). So the rate is
+    global steps per second over the last `window_s` seconds of training, pauses left out and
+    counted only after the first update (compilation) is done; pauses are added back at the
+    seconds per step seen so far. `seconds_left()` is None until the window holds `min_s` seconds.
+    """
+
+    SAMPLE_EVERY_S = 0.25
+    """The window keeps one (time, step) sample per this many seconds, not one per step."""
+
+    def __init__(self, total_steps: int, window_s: float = 60.0, min_s: float = 5.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total, self.window_s, self.min_s, self._clock = total_steps, window_s, min_s, clock
+        self.step = 0
+        self._samples: deque[tuple[float, int]] = deque()  # (training seconds, global step), after warm-up
+        self._paused_s = 0.0  # every pause: the training clock is wall time minus these
+        self._warm_step: int | None = None
+        self._pauses_since_warm_s = 0.0
+        self._step_at_last_pause: int | None = None
+
+    def _training_time(self) -> float:
+        return self._clock() - self._paused_s
+
+    def warmed_up(self, step: int) -> None:
+        """The first update is done (compiled): measure the rate from here."""
+        self._warm_step, self.step = step, step
+        self._samples.clear()
+        self._samples.append((self._training_time(), step))
+        self._pauses_since_warm_s, self._step_at_last_pause = 0.0, None
+
+    def paused(self, seconds: float) -> None:
+        """An evaluation or checkpoint took `seconds` just now."""
+        self._paused_s += seconds
+        if self._warm_step is not None:
+            self._pauses_since_warm_s += seconds
+            self._step_at_last_pause = self.step
+
+    def advance(self, step: int) -> bool:
+        """Global step `step` is done; True when a new sample changed the estimate."""
+        self.step = step
+        if self._warm_step is None:
+            return False
+        now = self._training_time()
+        if now - self._samples[-1][0] < self.SAMPLE_EVERY_S:
+            return False
+        self._samples.append((now, step))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        return True
+
+    def seconds_left(self) -> float | None:
+        if len(self._samples) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < self.min_s or s1 <= s0:
+            return None
+        remaining = max(self.total - self.step, 0)
+        pause_per_step = 0.0
+        if self._step_at_last_pause is not None and self._step_at_last_pause > self._warm_step:
+            # per step up to the last pause: the share stays put between evaluations
+            pause_per_step = self._pauses_since_warm_s / (self._step_at_last_pause - self._warm_step)
+        return remaining * ((t1 - t0) / (s1 - s0) + pause_per_step)
+
+    def text(self) -> str:
+        """'ETA 0:47:12', or 'ETA estimating...' while the rate is not yet known."""
+        seconds = self.seconds_left()
+        if seconds is None:
+            return "ETA estimating..."
+        minutes, secs = divmod(int(round(seconds)), 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"ETA {hours}:{minutes:02d}:{secs:02d}"
+
+
 class ConsoleProgress:
-    """A rich progress bar on a terminal; a plain metrics line per log otherwise."""
+    """A rich progress bar on a terminal; a plain metrics line per log otherwise. Either way the
+    start of a run (learning starts, the first update) is printed when it happens."""
 
     SUMMARY_KEYS = (
         ("train/episode_return", "return"),
@@ -85,21 +172,31 @@ class ConsoleProgress:
         self.interactive = sys.stdout.isatty()
         self.total = total_steps
         self.task = task
+        self.eta = EtaEstimate(total_steps)
         self._summary: dict[str, float] = {}
         self._progress = None
         if self.interactive:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.table import Column
 
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TimeRemainingColumn(),
+                TextColumn("{task.fields[eta]}", table_column=Column(no_wrap=True, min_width=len("ETA estimating..."))),
                 TextColumn("{task.fields[summary]}"),
                 refresh_per_second=4,
             )
-            self._task_id = self._progress.add_task(task, total=total_steps, completed=start_step, summary="")
+            self._task_id = self._progress.add_task(task, total=total_steps, completed=start_step, summary="",
+                                                    eta=self.eta.text())
             self._progress.start()
+
+    def note(self, text: str) -> None:
+        """A line printed now (above the bar on a terminal)."""
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, flush=True)
 
     def _summary_text(self) -> str:
         parts = []
@@ -109,8 +206,12 @@ class ConsoleProgress:
         return " | ".join(parts)
 
     def advance(self, step: int) -> None:
+        changed = self.eta.advance(step)
         if self._progress is not None:
-            self._progress.update(self._task_id, completed=step)
+            if changed:
+                self._progress.update(self._task_id, completed=step, eta=self.eta.text())
+            else:
+                self._progress.update(self._task_id, completed=step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._summary.update({k: v for k, v in metrics.items() if k in dict(self.SUMMARY_KEYS)})
@@ -118,7 +219,8 @@ class ConsoleProgress:
             self._progress.update(self._task_id, completed=step, summary=self._summary_text())
         else:
             summary = self._summary_text()
-            print(f"[{self.task}] step {step}/{self.total}" + (f" | {summary}" if summary else ""), flush=True)
+            print(f"[{self.task}] step {step}/{self.total}" + (f" | {summary}" if summary else "")
+                  + f" | {self.eta.text()}", flush=True)
 
     def close(self) -> None:
         if self._progress is not None:
@@ -157,6 +259,8 @@ class MetricsLogger:
         rewind_metrics(self.run_dir / METRICS_FILE, start_step)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", buffering=1)
         self.console = ConsoleProgress(total_steps, start_step, task) if cfg.console else None
+        self._say(f"Metrics: {display_path(self.run_dir / METRICS_FILE)}" + (
+            f"; TensorBoard: tensorboard --logdir {display_path(self.run_dir)}" if cfg.tensorboard else ""))
         self._tensorboard = None
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -186,9 +290,27 @@ class MetricsLogger:
             mode=mode,
         )
 
+    def _say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.note(text)
+
     def advance(self, step: int) -> None:
         if self.console is not None:
             self.console.advance(step)
+
+    def learning_begins(self, step: int, compiles: bool) -> None:
+        self._say(f"Global step {step}: the replay buffer holds enough to learn; the first update starts"
+                  + (" (it compiles: a minute or more)" if compiles else ""))
+
+    def first_update_done(self, step: int, seconds: float) -> None:
+        self._say(f"Global step {step}: first update done in {seconds:.1f} s; the ETA follows once the rate settles")
+        if self.console is not None:
+            self.console.eta.warmed_up(step)
+
+    def paused_for(self, seconds: float) -> None:
+        """Evaluation or saving took `seconds`: not training time, yet time the run takes."""
+        if self.console is not None:
+            self.console.eta.paused(seconds)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
@@ -229,10 +351,12 @@ def to_host(scalars: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 class IntervalClock:
-    """Wall time and global steps between logs, with evaluation and saving paused out."""
+    """Wall time and global steps between logs, with evaluation and saving paused out (each
+    pause is also reported to `on_pause`, e.g. the ETA)."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, on_pause: Callable[[float], None] | None = None) -> None:
         self._t0, self._step0, self._paused = time.perf_counter(), step, 0.0
+        self._on_pause = on_pause
 
     def lap(self, step: int) -> tuple[float, int]:
         now = time.perf_counter()
@@ -246,4 +370,7 @@ class IntervalClock:
         try:
             yield
         finally:
-            self._paused += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self._paused += seconds
+            if self._on_pause is not None:
+                self._on_pause(seconds)

@@ -55,12 +55,14 @@ def upgrade(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def capture(runner) -> dict[str, Any]:
+def capture(runner, with_buffer: bool = True) -> dict[str, Any]:
     """A runner's checkpoint: step, the algorithm's training state, RNG streams, env shapes,
-    config, and the replay buffer with save_buffer."""
+    config, the best evaluation so far, and the replay buffer with save_buffer (unless
+    `with_buffer` is false: best.pt is for evaluation and export)."""
     state = {"format": CHECKPOINT_FORMAT, "global_step": runner.global_step, "agent": runner.agent.training_state(),
-             "rng": rng_state(runner.sample_generator), "env": env_shape(runner.env), "config": config_dict(runner.cfg)}
-    if runner.cfg.save_buffer:
+             "rng": rng_state(runner.sample_generator), "env": env_shape(runner.env), "config": config_dict(runner.cfg),
+             "best_eval": runner.best_eval}
+    if runner.cfg.save_buffer and with_buffer:
         state["buffer"] = runner.buffer.state_dict()
     return state
 
@@ -75,6 +77,7 @@ def restore(runner, state: dict[str, Any]) -> None:
         raise CheckpointMismatchError(f"checkpoint was trained with algo={trained}, this run is algo={algo}")
     runner.agent.load_training_state(state["agent"])
     runner.global_step = int(state["global_step"])
+    runner.best_eval = state.get("best_eval")  # older checkpoints: none yet
     if runner.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
         restore_rng(state["rng"], runner.sample_generator)
     if "buffer" in state:  # rank 0's transitions on every rank: all ranks start learning together

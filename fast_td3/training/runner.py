@@ -12,13 +12,24 @@ of its own: episodes.py, guards.py, eval_diagnostics.py, run_state.py.
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from envs.protocol import ACTOR, CRITIC, EPISODE, FINAL_OBSERVATIONS, TIME_OUTS, VecEnv, critic_observations
+from envs.protocol import (
+    ACTOR,
+    CRITIC,
+    EPISODE,
+    FINAL_OBSERVATIONS,
+    TIME_OUTS,
+    VecEnv,
+    critic_observations,
+    optional_attribute,
+)
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed, run_state
 from fast_td3.learner import batch as keys
@@ -74,7 +85,7 @@ class Runner:
             self.agent.episodes_ended(torch.ones(env.num_envs, dtype=torch.bool, device=self.device))
         self.buffer = ReplayBuffer(
             env.num_envs, algo.buffer_size, env.num_obs, env.num_actions, num_critic_obs=env.num_critic_obs,
-            critic_obs_extends_actor_obs=getattr(env, "critic_obs_extends_actor_obs", False),
+            critic_obs_extends_actor_obs=optional_attribute(env, "critic_obs_extends_actor_obs"),
             n_step=algo.n_step, gamma=algo.gamma,
             obs_dtype=torch.bfloat16 if algo.store_obs_bf16 else torch.float32, device=self.device,
         )
@@ -86,11 +97,14 @@ class Runner:
         # float64 buffers on CPU (the normalisers' sample counts), which silently stopped their
         # statistics accumulating (tests/test_hot_path.py checks the counts under compile).
         self._explore = torch.compile(self.agent.explore) if algo.compile else self.agent.explore
-        if hasattr(env, "record_gait_signals"):
-            env.record_gait_signals(False)  # only evaluation reads them
+        record_gait_signals = optional_attribute(env, "record_gait_signals")
+        if record_gait_signals is not None:
+            record_gait_signals(False)  # only evaluation reads them
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
         self.global_step = 0
         self.last_eval: dict[str, float] = {}
+        self.best_eval: dict[str, float] | None = None
+        """{"step", "return_mean"} of the best evaluation so far, saved as checkpoints/best.pt."""
         self._logger = logger
         self._metrics: dict[str, torch.Tensor] = {}  # the latest value of every update metric
         self._updates_since_log = 0
@@ -104,7 +118,7 @@ class Runner:
         cfg = self.cfg
         self._logger = logger = self._logger or self._make_logger()
         obs, critic_obs = self._reset_envs()
-        interval = IntervalClock(self.global_step)
+        interval = IntervalClock(self.global_step, on_pause=logger.paused_for)
         try:
             with stop_signals_set_flag(self):
                 while self.global_step < cfg.total_steps:
@@ -215,12 +229,18 @@ class Runner:
     # ================================================================ learn
     def learn(self) -> None:
         """`num_updates` updates (the actor on its own schedule) on fresh samples."""
-        if not self._updated_in_this_process:  # the first update compiles
+        first = not self._updated_in_this_process  # the first update compiles
+        if first:
             self._updated_in_this_process = self._first_update_in_interval = True
+            started = time.perf_counter()
+            if self._logger is not None:
+                self._logger.learning_begins(self.global_step, compiles=self.cfg.algo.compile)
         batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates, generator=self.sample_generator)
         for batch in batches:
             self._metrics.update(self.agent.update(batch).items())
         self._updates_since_log += self.cfg.algo.num_updates
+        if first and self._logger is not None:
+            self._logger.first_update_done(self.global_step, time.perf_counter() - started)
 
     # ================================================================ log
     def log(self, interval: "IntervalClock") -> None:
@@ -257,6 +277,7 @@ class Runner:
             results.update(eval_diagnostics(trace, self.run_dir, self.global_step, cfg.algo.gamma,
                                             self.agent.value_reduction, bool(cfg.env.reward_scales)))
         self.last_eval = results
+        self._keep_if_best(results)
         if self._logger is not None:
             self._logger.log(self.global_step, results)
         if frames:
@@ -265,6 +286,16 @@ class Runner:
             if self._logger is not None:
                 self._logger.log_video(self.global_step, path)
         return results
+
+    def _keep_if_best(self, results: dict[str, float]) -> None:
+        """A best evaluation return so far (on a tie the later, more trained one): its checkpoint
+        becomes best.pt, what fast-td3-eval, -play and -export take from a run folder."""
+        score = results["eval/return_mean"]
+        if not math.isfinite(score) or (self.best_eval is not None and score < self.best_eval["return_mean"]):
+            return
+        self.best_eval = {"step": self.global_step, "return_mean": score}
+        if self.ranks.is_main:
+            self.checkpoints.save_best(run_state.capture(self, with_buffer=False))
 
     # ================================================================ checkpoints
     def state(self) -> dict[str, Any]:

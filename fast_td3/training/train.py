@@ -9,7 +9,7 @@ This module is the composition root: the only place that knows the config, the e
 registry and the runner together. Before Hydra makes a run folder, `preflight` composes
 and validates the config, checks the device and the checkpoint a resume continues from,
 and claims a uniquely named folder; a mistake in a key, value or path is reported in one
-line before torch, JAX or a suite is imported (README "Exit codes and errors").
+line before torch, JAX or a suite is imported (docs/resume.md, "Exit codes").
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 # Nothing imported here pulls in torch, JAX or a suite: every check of the command line and
 # the config runs (and fails, in about a second) before those heavy imports.
+from envs.protocol import optional_attribute, suite_hook
 from envs.registry import (
     SUITES, EnvOptionError, MissingSuiteError, UnknownTaskError, did_you_mean, load_adapter, make_env,
     require_suite,
@@ -40,13 +41,14 @@ from fast_td3.training.checkpoint import (
 from fast_td3.learner.config import ConfigError, migrate_algo_config
 from fast_td3.training.config import TrainConfig, describe_fields, register_configs
 from fast_td3.learner.device import DeviceError
+from fast_td3.training.quiet import silence_library_noise
 from fast_td3.training.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 RESOLVED_CONFIG = "config.yaml"
 OVERRIDES_FILE = "overrides.yaml"
 GROUPS = ("suite", "preset", "algo", "logger", "reward")
-# Exit codes (README "Exit codes"); 1 is left to Python for our own bugs (with a traceback).
+# Exit codes (docs/resume.md, "Exit codes"); 1 is left to Python for our own bugs (with a traceback).
 EXIT_USER_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR = 2, 3, 4
 # Errors a user can act on from their message alone: printed without a traceback.
 USER_ERRORS = (
@@ -182,11 +184,11 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
     eval_env = None
     try:
         # e.g. backend=auto -> envpool: a resumed run and fast-td3-eval keep the same physics
-        env_cfg.options.update(getattr(env, "resolved_options", {}))
+        env_cfg.options.update(optional_attribute(env, "resolved_options"))
         eval_options = env_cfg.adapter_options(evaluation=True)
         if cfg.eval_video:  # on every rank, so all evaluate on the same physics; rank 0 draws
             eval_options["render_mode"] = "rgb_array"
-        if getattr(load_adapter(env_cfg.suite), "ONE_SIMULATION_PER_PROCESS", False):
+        if suite_hook(load_adapter(env_cfg.suite), "ONE_SIMULATION_PER_PROCESS"):
             say(f"Eval envs: none ({env_cfg.suite} runs one simulation per process; evaluate checkpoints "
                 "with fast-td3-eval)", flush=True)
         else:
@@ -254,6 +256,7 @@ def main(cfg: DictConfig) -> float | None:
         if resumed:
             cfg = _resumed_config(cfg, overrides)
         train_cfg: TrainConfig = OmegaConf.to_object(cfg)
+        silence_library_noise(train_cfg.env.suite)
         threads = thread_share(cores_available(), sweep_jobs=_sweep_jobs_in_parallel(hydra_cfg))
         apply_thread_share(threads)
         # after the resumed config: its device picks NCCL or gloo (SINGLE unless launched by torchrun)
@@ -306,8 +309,19 @@ def main(cfg: DictConfig) -> float | None:
     finally:
         distributed.shutdown(ranks)
     if ranks.is_main:
-        print(f"Run folder: {run_dir}", flush=True)
+        print(finished_run_summary(train_cfg, run_dir, final, hydra_cfg), flush=True)
     return final.get("eval/return_mean")
+
+
+def finished_run_summary(cfg: TrainConfig, run_dir: Path, final: dict[str, float], hydra_cfg) -> str:
+    """The last lines of a run: final and best evaluation, the run folder, the commands that come next."""
+    from fast_td3.training.run_summary import FinishedRun, summary
+
+    sweep_dir = run_dir.parent if hydra_cfg.mode == RunMode.MULTIRUN else None
+    return summary(FinishedRun(
+        run_dir=run_dir, task=cfg.env.task, total_steps=cfg.total_steps, final_eval=final,
+        tensorboard=cfg.logger.tensorboard, has_viewer=suite_hook(load_adapter(cfg.env.suite), "view") is not None,
+        sweep_dir=sweep_dir))
 
 
 def task_suites() -> dict[str, str]:
@@ -410,9 +424,13 @@ HELP = """fast-td3-train: train FastTD3 or FastSAC (algo=fast_sac) on one task (
   fast-td3-train -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2
                                                              2 runs at a time (pip install hydra-joblib-launcher)
   fast-td3-report runs/sweeps/<sweep>                        compare a sweep's runs in one HTML page
-  fast-td3-train resume=runs/<task>/<run> [total_steps=N]    continue a run
+  fast-td3-train resume=runs/<task>/<run> [total_steps=N]    continue a run (from its latest checkpoint)
+  fast-td3-train logger=tensorboard ...                      also TensorBoard files: tensorboard --logdir <run>
   fast-td3-train --cfg job [overrides]                       print the composed config
   fast-td3-train --hydra-help                                Hydra's own options
+
+A run keeps checkpoints/best.pt (its best evaluation) beside the newest step_<N>.pt files:
+fast-td3-eval, -play and -export take best.pt from a run folder (--use latest / use=latest: the newest).
 
 Config groups (conf/):
 {groups}

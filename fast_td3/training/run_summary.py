@@ -1,0 +1,90 @@
+"""What a finished run prints last: how it evaluated, where it is, and the commands that come next.
+
+    Finished InvertedPendulum-v5: 4000 global steps.
+      final eval  return 981.5 +- 18.5 (2 episodes) at global step 4000
+      best eval   return 1000 at global step 3000, kept as runs/InvertedPendulum-v5/<run>/checkpoints/best.pt
+    Run folder: runs/InvertedPendulum-v5/<run>
+    Next:
+      fast-td3-eval runs/InvertedPendulum-v5/<run>    evaluate the best checkpoint (--use latest: the last one)
+      ...
+
+Paths are written as the user would type them here (relative to the working folder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.metrics_log import display_path
+
+
+@dataclass
+class FinishedRun:
+    """The facts the summary is made of (`train.main` fills them in)."""
+
+    run_dir: Path
+    task: str
+    total_steps: int
+    final_eval: dict[str, float]
+    """The runner's last evaluation ({} when the suite had no eval envs)."""
+    tensorboard: bool
+    has_viewer: bool
+    """The suite opens a viewer window (fast-td3-play without --video)."""
+    sweep_dir: Path | None = None
+    """The sweep folder when this run is one point of a sweep (fast-td3-report compares them)."""
+
+
+def best_eval(run_dir: Path) -> dict | None:
+    """{"step", "return_mean", "path"} of the run's best.pt, None when it has none."""
+    path = ckpt.CheckpointManager(run_dir).best()
+    if path is None:
+        return None
+    state = ckpt.load(path, mmap=True)
+    recorded = state.get("best_eval") or {}
+    return {"step": int(state["global_step"]), "return_mean": recorded.get("return_mean"), "path": path}
+
+
+def is_t1(task: str) -> bool:
+    """T1 tasks export a deployment bundle (sim2real/)."""
+    return "T1" in task
+
+
+def summary(run: FinishedRun) -> str:
+    run_path = display_path(run.run_dir)
+    lines = [f"Finished {run.task}: {run.total_steps} global steps."]
+    final = run.final_eval
+    if "eval/return_mean" in final:
+        episodes = int(final.get("eval/episodes", 0))
+        lines.append(f"  final eval  return {final['eval/return_mean']:.4g} +- {final.get('eval/return_std', 0.0):.3g}"
+                     f" ({episodes} episodes) at global step {run.total_steps}")
+    else:
+        lines.append("  final eval  none during training (this suite has no eval envs): run fast-td3-eval below")
+    best = best_eval(run.run_dir)
+    if best is not None:
+        score = f"return {best['return_mean']:.4g}" if best["return_mean"] is not None else "the best return"
+        lines.append(f"  best eval   {score} at global step {best['step']}, "
+                     f"kept as {display_path(best['path'])}")
+    which = "the best checkpoint (--use latest: the last one)" if best is not None else "the latest checkpoint"
+    commands = [
+        (f"fast-td3-eval {run_path}", f"evaluate {which}"),
+        (f"fast-td3-play {run_path}" if run.has_viewer else f"fast-td3-play {run_path} --video {run_path}/play.mp4",
+         "watch the policy" if run.has_viewer else "watch the policy (a video of env 0)"),
+        (f"fast-td3-report {display_path(run.sweep_dir) if run.sweep_dir else run_path}",
+         "compare the sweep's runs in one HTML page" if run.sweep_dir else "learning curves in one HTML page"),
+    ]
+    if is_t1(run.task):
+        commands.append((f"fast-td3-export checkpoint={run_path} out={run_path}/bundle",
+                         "the deployment bundle (policy.pt, policy.onnx, T1.yaml)"))
+    commands.append((f"fast-td3-train resume={run_path} total_steps={2 * run.total_steps}",
+                     "train further (from the latest checkpoint)"))
+    if run.tensorboard:
+        commands.append((f"tensorboard --logdir {run_path}", "the curves in TensorBoard"))
+    width = max(len(command) for command, _ in commands)
+    lines += [f"Run folder: {run_path}", "Next:"]
+    lines += [f"  {command:<{width}}  {what}" for command, what in commands]
+    if not run.tensorboard:
+        lines.append("TensorBoard was off for this run (logger=tensorboard turns it on); "
+                     f"{run_path}/metrics.jsonl holds every metric.")
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""Library noise the user cannot act on is silenced by its text; everything else still shows."""
+
+import logging
+
+import pytest
+
+from fast_td3.training import quiet
+
+SETTOTALMASS_MODEL = """<mujoco><compiler settotalmass="5"/><worldbody>
+  <body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>"""
+
+
+@pytest.fixture
+def mujoco_default_handler(monkeypatch, tmp_path):
+    """MuJoCo's own warning handler before and after the test (it is process-wide), and a
+    working folder for the MUJOCO_LOG.TXT it writes."""
+    mujoco = pytest.importorskip("mujoco")
+    monkeypatch.chdir(tmp_path)
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(None)
+    yield mujoco
+    mujoco.set_mju_user_warning(previous)
+
+
+def test_the_settotalmass_deprecation_is_silenced_and_other_mujoco_warnings_show(mujoco_default_handler, capfd):
+    mujoco = mujoco_default_handler
+    mujoco.MjModel.from_xml_string(SETTOTALMASS_MODEL)
+    assert "settotalmass" in "".join(capfd.readouterr())  # MuJoCo prints it (HalfCheetah: once per env)
+    quiet.silence_library_noise("gymnasium")
+    model = mujoco.MjModel.from_xml_string(SETTOTALMASS_MODEL)
+    assert "settotalmass" not in "".join(capfd.readouterr())
+    data = mujoco.MjData(model)
+    data.qpos[0] = float("nan")
+    mujoco.mj_step(model, data)  # an unstable simulation: the user's to know
+    assert "MuJoCo warning: Nan, Inf or huge value in QPOS" in capfd.readouterr().err
+
+
+def test_jax_backend_probing_is_silenced_and_its_other_messages_show(caplog):
+    quiet.silence_library_noise("isaaclab")  # the logging filter only: no MuJoCo import for Isaac Lab
+    logger = logging.getLogger(quiet.JAX_BACKEND_LOGGER)
+    with caplog.at_level(logging.INFO, logger=quiet.JAX_BACKEND_LOGGER):
+        logger.info("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so")
+        logger.info("Unable to initialize backend 'rocm': module not found")
+        logger.warning("An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed.")
+        logger.info("Some other message")
+    assert [record.getMessage()[:20] for record in caplog.records] == ["An NVIDIA GPU may be", "Some other message"]

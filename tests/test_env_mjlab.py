@@ -105,7 +105,7 @@ def test_train_checkpoint_resume_and_play_on_g1(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "step_000000300.pt" in {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()}
 
-    played = cli("fast-td3-play", "run", "--video", "g1.mp4", "--steps", "25", cwd=tmp_path)
+    played = cli("fast-td3-play", "run", "--use", "latest", "--video", "g1.mp4", "--steps", "25", cwd=tmp_path)
     assert played.returncode == 0, played.stderr[-3000:]
     record = json.loads(played.stdout.strip().splitlines()[-1])
     assert record["step"] == 300 and record["steps"] == 25

@@ -268,6 +268,7 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
 
     out = Path(out).expanduser().absolute()
     _check_out(out, force)
+    torch_device = resolve_device(device)  # a wrong device is reported before anything is read
     checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint, use, say, latest_option="use=latest")
     task = cfg.env.task
     num_obs = _check_sizes(checkpoint, task)
@@ -287,7 +288,6 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
                 f"joints but the checkpoint's actor outputs {num_actions} actions"
             )
 
-    torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     mean, std, eps = _normalizer_stats(agent)
     policy = DeployPolicy(agent.actor, mean, std, eps).cpu().eval()

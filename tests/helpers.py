@@ -1,5 +1,8 @@
 """Small builders shared by the learner tests."""
 
+import os
+from pathlib import Path
+
 import torch
 from tensordict import TensorDict
 
@@ -115,3 +118,26 @@ def assert_updates_continue_identically(agent, resumed, batches, metrics=("criti
             torch.testing.assert_close(m1[key], m2[key], rtol=0, atol=0, msg=key)
     for (name, a), b in zip(agent.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def site_hook(folder: Path, target: str | None = None, patch: str = "", block: tuple[str, ...] = ()) -> dict:
+    """Environment for a subprocess whose sitecustomize blocks `block` imports and runs `patch`
+    (with the module as `m`) as soon as `target` ("module:attribute") has been defined."""
+    folder.mkdir(parents=True, exist_ok=True)
+    code = ["import sys"] + [f"sys.modules[{name!r}] = None" for name in block]
+    if target:
+        module, attribute = target.split(":")
+        code += [
+            "import builtins",
+            "_import = builtins.__import__",
+            "def _hook(*args, **kwargs):",
+            "    result = _import(*args, **kwargs)",
+            f"    m = sys.modules.get({module!r})",
+            f"    if hasattr(m, {attribute!r}) and not getattr(m, '_patched_by_test', False):",
+            "        m._patched_by_test = True",
+            *("        " + line for line in patch.strip().splitlines()),
+            "    return result",
+            "builtins.__import__ = _hook",
+        ]
+    (folder / "sitecustomize.py").write_text("\n".join(code) + "\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}

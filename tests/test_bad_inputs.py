@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from fast_td3.training import checkpoint as ckpt
+from helpers import site_hook
 
 BIN = Path(sys.executable).parent
 TRAIN, EVAL, PLAY, EXPORT = (str(BIN / name) for name in
@@ -33,29 +34,6 @@ QUICK = [
 ]
 HEAVY = ("torch", "jax", "mujoco", "gymnasium", "mujoco_playground")
 NO_CUDA = not torch.cuda.is_available()
-
-
-def site_hook(folder: Path, target: str | None = None, patch: str = "", block: tuple[str, ...] = ()) -> dict:
-    """Environment for a subprocess whose sitecustomize blocks `block` imports and runs `patch`
-    (with the module as `m`) as soon as `target` ("module:attribute") has been defined."""
-    folder.mkdir(parents=True, exist_ok=True)
-    code = ["import sys"] + [f"sys.modules[{name!r}] = None" for name in block]
-    if target:
-        module, attribute = target.split(":")
-        code += [
-            "import builtins",
-            "_import = builtins.__import__",
-            "def _hook(*args, **kwargs):",
-            "    result = _import(*args, **kwargs)",
-            f"    m = sys.modules.get({module!r})",
-            f"    if hasattr(m, {attribute!r}) and not getattr(m, '_patched_by_test', False):",
-            "        m._patched_by_test = True",
-            *("        " + line for line in patch.strip().splitlines()),
-            "    return result",
-            "builtins.__import__ = _hook",
-        ]
-    (folder / "sitecustomize.py").write_text("\n".join(code) + "\n")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
 
 
 def run(cmd, cwd, env=None, timeout=300):
@@ -191,7 +169,13 @@ BAD_FILES = {
 }
 
 
-@pytest.mark.parametrize("kind", list(BAD_FILES))
+# Through fast-td3-eval (a process each, 3 s on 2 cores): two kinds in the default tier, the rest in
+# the slow tier; every kind's message is checked in-process in the default tier (next test).
+THROUGH_EVAL_BY_DEFAULT = ("truncated_at_half", "garbage")
+
+
+@pytest.mark.parametrize("kind", [kind if kind in THROUGH_EVAL_BY_DEFAULT else pytest.param(kind, marks=pytest.mark.slow)
+                                  for kind in BAD_FILES])
 def test_eval_names_an_unreadable_checkpoint_and_why(run_copy, kind):
     damage, says = BAD_FILES[kind]
     taken, _ = ckpt.pick_checkpoint(run_copy)  # best.pt: the run evaluated at its end
@@ -199,6 +183,17 @@ def test_eval_names_an_unreadable_checkpoint_and_why(run_copy, kind):
     result = run([EVAL, str(run_copy)], run_copy.parent)
     assert_user_error(result, says)
     assert taken.name in result.stderr
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_the_checkpoint_loader_names_an_unreadable_checkpoint_and_why(run_copy, kind):
+    """The loader every command uses, in this process: the message the commands print."""
+    damage, says = BAD_FILES[kind]
+    taken, _ = ckpt.pick_checkpoint(run_copy)
+    damage(taken)
+    with pytest.raises(ckpt.CheckpointError) as error:
+        ckpt.load(taken)
+    assert says in str(error.value) and taken.name in str(error.value)
 
 
 @pytest.mark.parametrize("command", ["export", "play"])

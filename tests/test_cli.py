@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
+from helpers import site_hook
 
 BIN = Path(sys.executable).parent
 TRAIN = str(BIN / "fast-td3-train")
@@ -30,6 +32,23 @@ def run(cmd, tmp_path, timeout=300, env=None):
         cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture(scope="module")
+def five_steps(tmp_path_factory):
+    """One finished 5-step run (12-step episodes), trained once for the tests that resume, refuse,
+    evaluate or play a finished run."""
+    root = tmp_path_factory.mktemp("five_steps")
+    result = run([TRAIN, *QUICK, "total_steps=5", "env.max_episode_steps=12", "hydra.run.dir=run"], root)
+    assert result.returncode == 0, result.stderr
+    return root / "run"
+
+
+@pytest.fixture
+def finished_run(five_steps, tmp_path):
+    """A private copy of `five_steps` as `tmp_path/run` (the tests change it)."""
+    shutil.copytree(five_steps, tmp_path / "run")
+    return tmp_path / "run"
 
 
 def test_help_and_cfg_job_show_the_composed_config(tmp_path):
@@ -138,28 +157,58 @@ def test_the_summary_names_export_for_t1_tasks_tensorboard_when_it_was_on_and_th
     assert "TensorBoard was off" not in text and "evaluate the latest checkpoint" in text
 
 
-def test_run_folder_layout_and_multirun(tmp_path):
-    result = run([TRAIN, "-m", *QUICK, "total_steps=10", "seed=1,2", "out_dir=out"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    jobs = sorted(p.name for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
-    assert jobs == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
+def test_run_folder_layout(tmp_path):
     single = run([TRAIN, *QUICK, "total_steps=5", "seed=9", "out_dir=out"], tmp_path)
     assert single.returncode == 0, single.stderr
     (folder,) = (tmp_path / "out" / "InvertedPendulum-v5").iterdir()
     assert folder.name.endswith("_9") and (folder / "metrics.jsonl").is_file()
 
 
+# Slow tier: two more runs in a process (4 s on 2 cores) for a layout the default tier checks with
+# the joblib launcher (next test) and with Hydra's basic launcher on Playground (test_sweep.py).
+@pytest.mark.slow
+def test_multirun_folder_layout(tmp_path):
+    result = run([TRAIN, "-m", *QUICK, "total_steps=10", "seed=1,2", "out_dir=out"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    jobs = sorted(p.name for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
+    assert jobs == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
+
+
+# Each run's Runner.train waits (at most 240 s) until both runs of the sweep have entered
+# it, then notes how many it saw: run one after the other, the first would see only itself.
+BOTH_STARTED = """
+import os, time
+from pathlib import Path
+_train = m.Runner.train
+def _train_once_both_started(self, *args, **kwargs):
+    here = Path(os.environ["FAST_TD3_TEST_BARRIER"])
+    (here / f"started_{os.getpid()}").touch()
+    deadline = time.monotonic() + 240
+    while len(list(here.glob("started_*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (here / f"saw_{len(list(here.glob('started_*')))}_{os.getpid()}").touch()
+    return _train(self, *args, **kwargs)
+m.Runner.train = _train_once_both_started
+"""
+
+
 def test_a_sweep_runs_several_at_a_time_with_the_joblib_launcher(tmp_path):
-    """`pip install -e ".[sweep]"`: N runs of one sweep at once, each a process of its own."""
+    """`pip install -e ".[sweep]"`: N runs of one sweep at once, each a process of its own.
+    Overlap is shown by a rendezvous (each run waits in train() for the other), not by timing,
+    which a loaded machine can serialise."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason='pip install -e ".[sweep]"')
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    hook = site_hook(tmp_path / "hook", "fast_td3.training.runner:Runner", BOTH_STARTED)
     result = run([TRAIN, "-m", *QUICK, "total_steps=40", "seed=1,2", "out_dir=out", "hydra/launcher=joblib",
-                  "hydra.launcher.n_jobs=2"], tmp_path)
+                  "hydra.launcher.n_jobs=2"], tmp_path, env={**hook, "FAST_TD3_TEST_BARRIER": str(barrier)})
     assert result.returncode == 0, result.stderr
     runs = sorted(p for p in (tmp_path / "out" / "sweeps").glob("*/*") if p.is_dir())
     assert [p.name for p in runs] == ["0_InvertedPendulum-v5_seed1", "1_InvertedPendulum-v5_seed2"]
-    started = [(run_dir / ".hydra" / "config.yaml").stat().st_mtime for run_dir in runs]  # Hydra writes it first
-    ended = [(run_dir / "metrics.jsonl").stat().st_mtime for run_dir in runs]
-    assert started[0] < ended[1] and started[1] < ended[0]  # they overlapped
+    started = sorted(p.name.split("_")[1] for p in barrier.glob("started_*"))
+    assert len(started) == 2 and str(os.getpid()) not in started  # two processes of their own
+    # both were inside train() at once: each saw the other arrive before it went on
+    assert sorted(p.name for p in barrier.glob("saw_*")) == sorted(f"saw_2_{pid}" for pid in started)
 
 
 def children_of(pid):
@@ -183,6 +232,11 @@ def alive(pid):
     return state != "Z"
 
 
+# Slow tier: two CLI runs and 400 global steps (9 s on 2 cores, much more under load). The default
+# tier keeps each part: workers dying with a SIGKILLed trainer (test_env_gymnasium.py, SB3's in
+# test_env_humanoid_bench.py), whole checkpoints after a crash mid-write (test_checkpoint.py,
+# test_bad_inputs.py) and resumes through the CLI (below).
+@pytest.mark.slow
 def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
     """kill -9 mid-training (env worker processes included): the latest checkpoint is whole,
     no worker outlives the trainer, and a resume finishes the run."""
@@ -221,8 +275,7 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
     assert steps[-1] == total and max(steps) == total
 
 
-def test_resume_overrides_are_kept_for_later_resumes(tmp_path):
-    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
+def test_resume_overrides_are_kept_for_later_resumes(tmp_path, finished_run):
     extended = run([TRAIN, "resume=run", "total_steps=12"], tmp_path)
     assert extended.returncode == 0, extended.stderr
     again = run([TRAIN, "resume=run"], tmp_path)  # no total_steps: the extended length holds
@@ -233,17 +286,18 @@ def test_resume_overrides_are_kept_for_later_resumes(tmp_path):
     assert list((tmp_path / "run" / ".hydra").glob("resumed_*/overrides.yaml"))  # and each resume's
 
 
-def test_resume_takes_overrides_below_free_form_dicts(tmp_path):
+def test_resume_takes_overrides_below_free_form_dicts(tmp_path, finished_run):
     """`env.options.x=v` becomes `++env.options.x=v` for Hydra; a resume applies it like any key."""
-    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
     resumed = run([TRAIN, "resume=run", "total_steps=8", "env.options.vectorization=sync"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "vectorization: sync" in (tmp_path / "run" / "config.yaml").read_text()
 
 
-def test_resume_refuses_group_and_seed_changes_and_missing_folders(tmp_path):
-    first = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
-    assert first.returncode == 0, first.stderr
+# Slow tier: three refused resumes (4 s on 2 cores); the default tier refuses a seed change and a
+# missing folder with the same messages, and checks that nothing changed or was created
+# (test_bad_inputs.py: test_a_refused_resume_changes_nothing, the resume=nowhere case).
+@pytest.mark.slow
+def test_resume_refuses_group_and_seed_changes_and_missing_folders(tmp_path, finished_run):
     config = (tmp_path / "run" / "config.yaml").read_text()
     for change in ("task=Hopper-v5", "seed=5"):
         result = run([TRAIN, "resume=run", change], tmp_path)
@@ -285,11 +339,9 @@ def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path)
     assert ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())["global_step"] == step + 10
 
 
-def test_eval_writes_a_video_of_the_first_episode(tmp_path):
+def test_eval_writes_a_video_of_the_first_episode(tmp_path, finished_run):
     import imageio.v3 as imageio
 
-    result = run([TRAIN, *QUICK, "total_steps=5", "env.max_episode_steps=12", "hydra.run.dir=run"], tmp_path)
-    assert result.returncode == 0, result.stderr
     video = tmp_path / "episode.mp4"
     evaluated = run([EVAL, "run", "--episodes", "1", "--video", str(video)], tmp_path, env={"MUJOCO_GL": "egl"})
     assert evaluated.returncode == 0, evaluated.stderr
@@ -311,8 +363,10 @@ def test_eval_writes_a_video_of_the_first_episode(tmp_path):
     assert viewed.returncode == 2 and "has no viewer; record a video instead (--video" in viewed.stderr
 
 
-def test_a_used_run_folder_is_never_trained_into_again(tmp_path):
-    assert run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path).returncode == 0
+# Slow tier: the default tier has the same case with a byte-for-byte check of the folder
+# (test_bad_inputs.py::test_a_run_folder_is_never_trained_into_again).
+@pytest.mark.slow
+def test_a_used_run_folder_is_never_trained_into_again(tmp_path, finished_run):
     before = ckpt.CheckpointManager(tmp_path / "run").all()
     again = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)
     assert again.returncode == 2 and "already holds a run; continue it with resume=" in again.stderr

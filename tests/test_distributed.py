@@ -134,11 +134,29 @@ COMMON = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=4", "algo.batc
           "logger.log_interval=10", "logger.console=false"]
 
 
+def stop_torchrun(job: subprocess.Popen) -> None:
+    """Ends a torchrun job that is still running (Ctrl-C, a timeout, a failed assert). Its ranks
+    run in sessions of their own, out of reach of the terminal's Ctrl-C: SIGTERM lets torchrun
+    stop them; a SIGKILL straight away (what subprocess.run does) would leave them orphaned."""
+    if job.poll() is None:
+        job.terminate()
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "-m", "fast_td3.training.train", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        stdout, stderr = job.communicate(timeout=600)
+    finally:
+        stop_torchrun(job)
+    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
 
 
 def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
@@ -191,7 +209,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoin
         os.kill(int(workers[-1]), signal.SIGTERM)
         _, stderr = job.communicate(timeout=300)
     finally:
-        job.kill()
+        stop_torchrun(job)
     stops = [line for line in stderr.splitlines() if line.startswith("Stopped at global step")]
     assert len(stops) == 2 and stops[0].split(";")[0] == stops[1].split(";")[0], stderr[-3000:]
     step = int(stops[0].split(";")[0].removeprefix("Stopped at global step "))

@@ -91,6 +91,42 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_worker_processes_die_with_a_killed_trainer(tmp_path):
+    """kill -9 of the trainer (the OOM killer, a scheduler): its env workers read end-of-file on
+    their pipes and exit instead of living on as orphans."""
+    import signal
+    import time
+
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import time\n"
+        "from envs.gymnasium import GymnasiumVecEnv\n"
+        f"env = GymnasiumVecEnv('{TASK}', 4, vectorization='processes', num_workers=2)\n"
+        "env.reset()\n"
+        "print(' '.join(str(p.pid) for p in env._vec._processes), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parent.parent)
+    try:
+        workers = [int(pid) for pid in trainer.stdout.readline().split()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers), "env workers outlived the killed trainer"
+
+
 def test_auto_vectorization_uses_workers_only_for_big_shards():
     from envs.gymnasium import auto_workers
 

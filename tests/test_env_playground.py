@@ -119,6 +119,10 @@ def test_reset_and_step_compile_once():
 
 
 # ---------------------------------------------------------------- rewards
+# Slow tier: a second T1 compile (another reward config), 15 s or more on 2 cores. The default tier
+# keeps the scale's mapping and its errors (below, test_t1_lowdim.py) and a scale changing the
+# reward terms of a run through the CLI (test_sweep.py, on EnvPool).
+@pytest.mark.slow
 def test_reward_scale_override_changes_the_reward_the_way_the_scale_says():
     """Same state and action: the overridden term doubles, and the reward is the
     task's formula (clip(sum of scaled terms * dt, 0)) of the new terms."""
@@ -175,6 +179,10 @@ def test_push_switch_maps_to_the_tasks_own_key():
         playground_overrides(DMC_TASK, "jax", push=True)
 
 
+# Slow tier: a CLI process importing JAX and Playground (8 s on 2 cores) for a message the default
+# tier checks in-process (test_unknown_reward_term_lists_the_valid_ones), with the CLI's exit 2 for an
+# env option error in test_cli.py::test_gymnasium_tasks_refuse_reward_scales_with_the_alternative.
+@pytest.mark.slow
 def test_unknown_reward_term_from_the_command_line(tmp_path):
     """No `+` needed for a reward scale; a typo exits 2 listing the valid terms, before any compile."""
     result = subprocess.run(
@@ -295,6 +303,9 @@ print(first.shape, first.dtype, bool(np.array_equal(first, later)), refused)
 """
 
 
+# Slow tier: a fresh process for MuJoCo's EGL backend (12 s on 2 cores). The default tier renders
+# Playground frames through the CLI (eval videos, below) and checks the refusal in-process (next test).
+@pytest.mark.slow
 def test_render_shows_the_env_state():
     """Headless (EGL) frames of env 0 that follow its state; MuJoCo picks its GL backend at
     import, hence a fresh process."""
@@ -302,6 +313,11 @@ def test_render_shows_the_env_state():
                             timeout=300, env={**os.environ, "MUJOCO_GL": "egl"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[-2] == "(240, 320, 3) uint8 False True"  # frames differ: the cart moved
+
+
+def test_render_needs_the_render_mode():
+    with pytest.raises(RuntimeError, match="render_mode"):
+        PlaygroundVecEnv(DMC_TASK, 2).render(0)
 
 
 def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path):
@@ -331,6 +347,11 @@ def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path
     assert any(r.get("eval/video") == str(videos[0]) for r in records)
 
 
+# Slow tier: a T1 compile in a fresh process (about 30 s warm, minutes cold, on 2 cores). The
+# default tier keeps T1 through the CLI on EnvPool, the CPU's backend (test_env_playground_envpool.py:
+# asymmetric critic, reward=tuned, time-outs, reward terms), MJX through the CLI on CartpoleBalance
+# (above) and the T1 MJX adapter in-process (TestHumanoidContract).
+@pytest.mark.slow
 def test_asymmetric_humanoid_trains_through_the_cli_with_tuned_rewards(tmp_path):
     """T1 end to end on MJX (on a CPU `auto` would pick EnvPool): privileged critic
     observations (only their tail stored), the tuned reward plus a command-line scale in the

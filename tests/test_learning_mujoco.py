@@ -20,6 +20,9 @@ def train(tmp_path, *overrides, timeout):
     return [r for r in read_metrics(tmp_path / "run") if "eval/return_mean" in r]
 
 
+# Slow tier (30-60 s of learning on 2 cores): the default tier keeps the simulator-free learning
+# checks (tests/test_learning.py) and this command at toy length (tests/test_cli.py).
+@pytest.mark.slow
 def test_inverted_pendulum_is_balanced_for_the_whole_episode(tmp_path):
     """preset=cpu solves InvertedPendulum-v5 (max 1000) in about 12k env steps (~30 s)."""
     evals = train(tmp_path, "task=InvertedPendulum-v5", "total_steps=1000", "eval_interval=250", "seed=1",

@@ -1,6 +1,8 @@
 """The training loop over real gymnasium envs: reproducibility, resume, NaN guard, metrics."""
 
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from envs.protocol import ACTOR, FINAL_OBSERVATIONS
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
 from fast_td3.learner import batch as keys
-from fast_td3.training.runner import NonFiniteObservationError
+from fast_td3.training.runner import NonFiniteObservationError, TrainingStopped
 from helpers import make_runner, tiny_train_config
 
 
@@ -163,6 +165,66 @@ def test_nan_observation_names_env_and_step_and_saves_a_clean_checkpoint(tmp_pat
     state = ckpt.load(latest)
     assert all(torch.isfinite(t).all() for t in state["agent"]["modules"].values())
     runner.env.close()
+
+
+class SignalAt:
+    """Wraps a real adapter; during env step `step` this process receives `signum`, as from
+    Ctrl-C in the terminal or a scheduler's SIGTERM."""
+
+    def __init__(self, env, step, signum):
+        self.env, self.step_at, self.signum, self.t = env, step, signum, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        self.t += 1
+        if self.t == self.step_at:
+            os.kill(os.getpid(), self.signum)
+        return self.env.step(actions)
+
+
+@pytest.fixture
+def own_handlers():
+    """Handlers of this test's own in place of pytest's, put back afterwards: a run must restore
+    whatever it found, not just the defaults."""
+    def handler(signum, frame):
+        raise AssertionError(f"signal {signum} reached the handler the run should have replaced")
+
+    saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield handler
+    for sig, old in saved.items():
+        signal.signal(sig, old)
+
+
+@pytest.mark.parametrize("ending", ["finished", "failed", signal.SIGINT, signal.SIGTERM],
+                         ids=["finished", "failed", "SIGINT", "SIGTERM"])
+def test_a_run_in_this_process_stops_on_a_signal_and_leaves_the_handlers_as_it_found_them(
+        tmp_path, own_handlers, ending):
+    """SIGINT/SIGTERM during a run stop it after that whole global step with a checkpoint; however
+    the run ends, the process's handlers are the ones it had before (else Ctrl-C no longer stops
+    the program that called train(), pytest included)."""
+    cfg = tiny_train_config(total_steps=12)
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    if ending == "failed":
+        runner.env = NaNAfter(runner.env, step=3, env_index=0)
+    elif ending != "finished":
+        runner.env = SignalAt(runner.env, step=7, signum=ending)
+    try:
+        if ending == "finished":
+            runner.train()
+            assert runner.global_step == 12
+        elif ending == "failed":
+            with pytest.raises(NonFiniteObservationError):
+                runner.train()
+        else:
+            with pytest.raises(TrainingStopped) as stopped:
+                runner.train()
+            assert stopped.value.signum == ending and stopped.value.step == runner.global_step == 7
+            assert ckpt.step_of(stopped.value.checkpoint) == 7
+    finally:
+        runner.env.close()
+    assert signal.getsignal(signal.SIGINT) is own_handlers and signal.getsignal(signal.SIGTERM) is own_handlers
 
 
 def test_resume_continues_step_counter_schedules_and_normalisers(tmp_path):

@@ -70,9 +70,9 @@ def evaluate_checkpoint(
     use: str | None = None,
     say: Callable[[str], None] | None = None,
 ) -> dict:
+    torch_device = resolve_device(device)  # a wrong device is reported before anything is read
     checkpoint_path, checkpoint, cfg = load_checkpoint(path, use, say)
     silence_library_noise(cfg.env.suite)
-    torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     options = cfg.env.adapter_options(evaluation=True)
     if video is not None:

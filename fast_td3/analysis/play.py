@@ -66,9 +66,9 @@ def play(
     use: str | None = None,
     say: Callable[[str], None] | None = None,
 ) -> dict | None:
+    torch_device = resolve_device(device)  # a wrong device is reported before anything is read
     checkpoint_path, checkpoint, cfg = load_checkpoint(path, use, say)
     silence_library_noise(cfg.env.suite)
-    torch_device = resolve_device(device)
     agent = load_policy(checkpoint, cfg, torch_device)
     adapter = load_adapter(cfg.env.suite)
     view = suite_hook(adapter, "view")

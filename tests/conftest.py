@@ -1,0 +1,45 @@
+"""What every test gets: Ctrl-C and SIGTERM left as the test found them."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+WATCHED = (signal.SIGINT, signal.SIGTERM)
+
+
+def ignored_by_the_kernel() -> set[int]:
+    """The watched signals this process ignores at the OS level (Linux: /proc), which native code
+    can set behind Python's back; empty where /proc is not there."""
+    try:
+        with open("/proc/self/status") as status:
+            mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return set()
+    return {sig for sig in WATCHED if mask >> (sig - 1) & 1}
+
+
+def pytest_configure(config):
+    """A pytest started as a background job of a shell without job control (`cmd &` in a script)
+    inherits SIGINT ignored, and Python leaves it so: nothing could stop the run with SIGINT, and
+    every trainer the tests start would inherit the ignore. Python's own handler is taken back."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def signal_dispositions_are_restored():
+    """A test, or library code it runs in this process, must leave the SIGINT and SIGTERM handlers
+    as it found them: one left ignored, or caught by a stale handler, makes pytest impossible to
+    stop with Ctrl-C. Restores them and fails the test that changed them."""
+    handlers = {sig: signal.getsignal(sig) for sig in WATCHED}
+    ignored = ignored_by_the_kernel()
+    yield
+    changed = [signal.Signals(sig).name for sig in WATCHED
+               if signal.getsignal(sig) is not handlers[sig] or sig in ignored_by_the_kernel() - ignored]
+    if changed:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: installed outside Python, nothing to put back
+                signal.signal(sig, handler)
+        pytest.fail(f"the test left the handlers of {', '.join(changed)} changed (restored now)")

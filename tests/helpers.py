@@ -141,3 +141,21 @@ def site_hook(folder: Path, target: str | None = None, patch: str = "", block: t
         ]
     (folder / "sitecustomize.py").write_text("\n".join(code) + "\n")
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone), from /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def assert_processes_exit(pids: list[int], what: str, seconds: float = 20) -> None:
+    """Wait up to `seconds` for every process in `pids` to be gone; fail naming `what` otherwise."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(process_alive(pid) for pid in pids), what

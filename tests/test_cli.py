@@ -13,7 +13,7 @@ import pytest
 
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
-from helpers import site_hook
+from helpers import assert_processes_exit, site_hook
 
 BIN = Path(sys.executable).parent
 TRAIN = str(BIN / "fast-td3-train")
@@ -224,14 +224,6 @@ def children_of(pid):
     return found
 
 
-def alive(pid):
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 # Slow tier: two CLI runs and 400 global steps (9 s on 2 cores, much more under load). The default
 # tier keeps each part: workers dying with a SIGKILLed trainer (test_env_gymnasium.py, SB3's in
 # test_env_humanoid_bench.py), whole checkpoints after a crash mid-write (test_checkpoint.py,
@@ -256,10 +248,7 @@ def test_sigkilled_run_resumes_from_its_last_checkpoint_and_finishes(tmp_path):
     assert len(workers) >= 2
     process.send_signal(signal.SIGKILL)
     process.wait()
-    deadline = time.time() + 20
-    while any(alive(w) for w in workers) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(w) for w in workers), "env workers outlived the killed trainer"
+    assert_processes_exit(workers, "env workers outlived the killed trainer")
     killed_at = ckpt.step_of(manager.latest())
     assert 100 <= killed_at < total
     state = ckpt.load(manager.latest())  # the latest checkpoint is whole

@@ -16,6 +16,7 @@ from env_conformance import EnvContractTests, assert_step_identically
 from envs.gymnasium import GymnasiumVecEnv, tasks
 from envs.protocol import derive_env_seeds
 from envs.registry import UnknownTaskError, make_env
+from helpers import assert_processes_exit, process_alive
 
 TASK = "InvertedPendulum-v5"
 
@@ -91,18 +92,10 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def test_worker_processes_die_with_a_killed_trainer(tmp_path):
     """kill -9 of the trainer (the OOM killer, a scheduler): its env workers read end-of-file on
     their pipes and exit instead of living on as orphans."""
     import signal
-    import time
 
     script = tmp_path / "killed.py"
     script.write_text(
@@ -117,14 +110,11 @@ def test_worker_processes_die_with_a_killed_trainer(tmp_path):
                                cwd=Path(__file__).resolve().parent.parent)
     try:
         workers = [int(pid) for pid in trainer.stdout.readline().split()]
-        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        assert len(workers) == 2 and all(process_alive(pid) for pid in workers)
     finally:
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()
-    deadline = time.monotonic() + 20
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in workers), "env workers outlived the killed trainer"
+    assert_processes_exit(workers, "env workers outlived the killed trainer")
 
 
 def test_auto_vectorization_uses_workers_only_for_big_shards():

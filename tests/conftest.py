@@ -1,4 +1,5 @@
-"""What every test gets: Ctrl-C and SIGTERM left as the test found them."""
+"""What every test gets: one torch thread in this process, and Ctrl-C and SIGTERM left as the
+test found them."""
 
 from __future__ import annotations
 
@@ -21,9 +22,16 @@ def ignored_by_the_kernel() -> set[int]:
 
 
 def pytest_configure(config):
-    """A pytest started as a background job of a shell without job control (`cmd &` in a script)
-    inherits SIGINT ignored, and Python leaves it so: nothing could stop the run with SIGINT, and
-    every trainer the tests start would inherit the ignore. Python's own handler is taken back."""
+    # The torch work the tests do in this process is tiny (networks of 32-64 units, batches of
+    # 64-256): one intra-op thread runs it as fast as two on an idle machine, while on a busy one
+    # (CI beside other jobs) two threads spin-wait against each other: a 5 s learning test took
+    # minutes. The commands the tests start pick their own threads (fast_td3/training/threads.py).
+    import torch
+
+    torch.set_num_threads(1)
+    # A pytest started as a background job of a shell without job control (`cmd &` in a script)
+    # inherits SIGINT ignored, and Python leaves it so: nothing could stop the run with SIGINT,
+    # and every trainer the tests start would inherit the ignore. Python's own handler comes back.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from fast_td3.training import quiet
+from envs import quiet
 
 SETTOTALMASS_MODEL = """<mujoco><compiler settotalmass="5"/><worldbody>
   <body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>"""

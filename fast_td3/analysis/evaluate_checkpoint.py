@@ -32,7 +32,7 @@ from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
 from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
 from fast_td3.training.metrics_log import json_safe
-from fast_td3.training.quiet import silence_library_noise
+from envs.quiet import silence_library_noise
 from fast_td3.training.run_state import upgrade
 
 

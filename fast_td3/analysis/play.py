@@ -35,7 +35,7 @@ from fast_td3.learner.device import resolve_device
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.evaluation import eval_seed, write_video
-from fast_td3.training.quiet import silence_library_noise
+from envs.quiet import silence_library_noise
 
 DEFAULT_VIDEO_STEPS = 1000
 

@@ -41,7 +41,7 @@ from fast_td3.training.checkpoint import (
 from fast_td3.learner.config import ConfigError, migrate_algo_config
 from fast_td3.training.config import TrainConfig, describe_fields, register_configs
 from fast_td3.learner.device import DeviceError
-from fast_td3.training.quiet import silence_library_noise
+from envs.quiet import silence_library_noise
 from fast_td3.training.threads import apply_thread_share, cores_available, joblib_parallel_jobs, thread_share
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

@@ -1,11 +1,15 @@
-"""What every test gets: one torch thread in this process, and Ctrl-C and SIGTERM left as the
-test found them."""
+"""What every test gets: one torch thread in this process, the cores shared between the test
+processes (pytest-xdist, `-n auto` in pyproject.toml), and Ctrl-C and SIGTERM left as the test
+found them."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
+
+from fast_td3.training.threads import cores_available
 
 WATCHED = (signal.SIGINT, signal.SIGTERM)
 
@@ -21,6 +25,16 @@ def ignored_by_the_kernel() -> set[int]:
     return {sig for sig in WATCHED if mask >> (sig - 1) & 1}
 
 
+MAX_TEST_PROCESSES = 4
+"""`-n auto`'s ceiling: past it, the MJX compiles (1-3 GB each) cost more memory than the
+extra processes save time."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    return min(cores_available(), MAX_TEST_PROCESSES)
+
+
 def pytest_configure(config):
     # The torch work the tests do in this process is tiny (networks of 32-64 units, batches of
     # 64-256): one intra-op thread runs it as fast as two on an idle machine, while on a busy one
@@ -29,6 +43,11 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # Under pytest-xdist, the trainers the tests start share the cores too: by default each takes
+    # every core, so two test processes would run twice as many threads as there are cores.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        os.environ.setdefault("FAST_TD3_THREADS", str(max(1, cores_available() // workers)))
     # A pytest started as a background job of a shell without job control (`cmd &` in a script)
     # inherits SIGINT ignored, and Python leaves it so: nothing could stop the run with SIGINT,
     # and every trainer the tests start would inherit the ignore. Python's own handler comes back.

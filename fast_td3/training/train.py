@@ -297,6 +297,9 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_WRITE_ERROR)
     except TrainingStopped as stopped:
         print(f"{stopped}. Continue with: fast-td3-train resume={run_dir}", file=sys.stderr, flush=True)
+        # Under torchrun every rank stopped at this step; none exits before all have reported, since
+        # torchrun's agent sends SIGTERM to the other ranks once one exits (past the stop handlers).
+        distributed.barrier(ranks)
         sys.exit(128 + stopped.signum)
     except KeyboardInterrupt:  # a second Ctrl-C (aborted mid-step, no new checkpoint), or one before training
         if has_checkpoints(run_dir):

@@ -114,6 +114,8 @@ SUITE_HOOKS: dict[str, OptionalPart] = {
     "PLAY_OPTIONS": OptionalPart({}, "Adapter options `fast-td3-play` adds (a window, no random start)."),
     "view": OptionalPart(None, "`view(env, policy, viewer, steps)`: the suite's own interactive viewer for "
                       "`fast-td3-play`; without it play needs `--video`."),
+    "OWN_TASKS": OptionalPart((), "Task ids the suite defines itself, accepted without calling `tasks()`, which "
+                           "may import the whole simulator (Playground's imports JAX)."),
 }
 """What a suite's adapter module may have beyond `tasks()` and `make(task, num_envs, seed, device, **options)`."""
 

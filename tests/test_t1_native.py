@@ -18,7 +18,7 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs.playground import t1_lowdim  # noqa: E402
+from envs.playground import t1_lowdim, t1_mjx  # noqa: E402
 from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
@@ -242,7 +242,7 @@ def _mjx_rollout_fn(scales: tuple):
     playground_config.enable_compilation_cache()
     use_menagerie(TASK)
     overrides = playground_config.playground_overrides(TASK, "jax", dict(scales), False, {"noise_config.level": 0.0})
-    env = t1_lowdim.T1LowDimJoystick("flat", config_overrides=overrides)
+    env = t1_mjx.T1LowDimJoystick("flat", config_overrides=overrides)
     names = [f"reward/{k}" for k in env._config.reward_config.scales.keys()]
 
     def from_state(qpos, qvel, ctrl, info):

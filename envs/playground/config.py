@@ -18,13 +18,22 @@ PUSH_SWITCHES = ("push_config.enable", "pert_config.enable")
 
 
 def playground_registry():
-    """Playground's registry, with our own Playground tasks (`t1_lowdim.py`) registered in it."""
+    """Playground's registry, with our own Playground tasks (`t1_mjx.py`) registered in it."""
     from mujoco_playground import registry
 
+    from envs.playground import t1_mjx
+
+    t1_mjx.register()
+    return registry
+
+
+def default_config(task: str):
+    """The task's default Playground config; our own tasks' without importing Playground (and JAX)."""
     from envs.playground import t1_lowdim
 
-    t1_lowdim.register()
-    return registry
+    if task in t1_lowdim.TERRAINS:
+        return t1_lowdim.default_config()
+    return playground_registry().get_default_config(task)
 
 
 def tasks() -> list[str]:
@@ -60,9 +69,7 @@ def playground_overrides(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Flat Playground config overrides for our settings; unknown reward terms raise with the list."""
-    registry = playground_registry()
-
-    defaults = registry.get_default_config(task)
+    defaults = default_config(task)
     overrides: dict[str, Any] = {"impl": impl}
     if reward_scales:
         valid = sorted(defaults.reward_config.scales.keys()) if "reward_config" in defaults else []
@@ -91,9 +98,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def task_config(task: str, overrides: dict[str, Any]):
     """The task's Playground config with our overrides applied (what the env is built from)."""
-    registry = playground_registry()
-
-    config = registry.get_default_config(task).lock()  # locked, like Playground's: unknown keys raise
+    config = default_config(task).lock()  # locked, like Playground's: unknown keys raise
     try:
         config.update_from_flattened_dict(overrides)
     except (KeyError, AttributeError) as error:

@@ -179,7 +179,7 @@ class GaitSignals:
     gravity; the hinge joints' positions and limits; actuator torques, their limits and the
     actuated joints' velocities; the command where the task keeps one in `info["command"]`;
     and whatever the env adds itself through `gait_signals(data, info)` (feet, for
-    `envs/playground/t1_lowdim.py`).
+    `envs/playground/t1_mjx.py`).
     """
 
     def __init__(self, env) -> None:

@@ -1,8 +1,8 @@
 """`T1LowDimJoystick{Flat,Rough}Terrain` on native MuJoCo: the CPU backend (`backend=native`).
 
-The same task as `envs/playground/t1_lowdim.py` (MJX), with its physics in MuJoCo's C engine: one
-`mujoco.batch.Batch` holds an MjData per env and steps them all on a pool of C threads;
-the task logic runs vectorised over envs in NumPy (float64, MuJoCo's precision) and
+The task of `envs/playground/t1_lowdim.py`, as `t1_mjx.py` runs it on MJX, with its physics in
+MuJoCo's C engine: one `mujoco.batch.Batch` holds an MjData per env and steps them all on a
+pool of C threads; the task logic runs vectorised over envs in NumPy (float64, MuJoCo's precision) and
 crosses to torch as float32. No JIT compile: the env is ready in about a second.
 
 What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the
@@ -105,7 +105,6 @@ class T1NativeVecEnv:
         render_mode: str | None = None,
     ) -> None:
         from envs.playground import config as playground_config
-        from envs.playground.menagerie import use_menagerie
 
         if task not in TASKS:
             raise EnvOptionError(f"backend=native runs {list(TASKS)}, not {task!r}")
@@ -118,14 +117,13 @@ class T1NativeVecEnv:
         self.device = torch.device(device)
         self.seed = int(seed)
         self.render_mode = render_mode
-        use_menagerie(task, menagerie_path)
         self.config_overrides = playground_config.playground_overrides(task, "jax", reward_scales, push, config_overrides)
         self.config = config = playground_config.task_config(task, self.config_overrides)
         self.control = control = t1_lowdim.control_from(config)
         self.commands = t1_lowdim.commands_from(config)
         t1_lowdim.check_rates(config, control)
         self.dt = control.ctrl_dt
-        self.model = t1_lowdim.build_mj_model(t1_lowdim.TERRAINS[task], control)
+        self.model = t1_lowdim.build_mj_model(t1_lowdim.TERRAINS[task], control, menagerie_path)
         self.index = t1_lowdim.ModelIndex(self.model, config.reward_config.soft_joint_limit_factor)
         self.num_threads = int(num_threads or default_threads(self.num_envs))
         self.batch = mj_batch.Batch(self.model, self.num_envs, nthread=self.num_threads, persistent=True)

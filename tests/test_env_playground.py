@@ -131,7 +131,8 @@ def test_reset_and_step_compile_once():
 # ---------------------------------------------------------------- rewards
 # Slow tier: a second T1 compile (another reward config), 15 s or more on 2 cores. The default tier
 # keeps the scale's mapping and its errors (below, test_t1_lowdim.py) and a scale changing the
-# reward terms of a run through the CLI (test_sweep.py, on EnvPool).
+# reward terms of a run through the CLI (test_sweep.py, native T1LowDim; test_env_playground_envpool.py,
+# reward=tuned on EnvPool).
 @pytest.mark.slow
 def test_reward_scale_override_changes_the_reward_the_way_the_scale_says():
     """Same state and action: the overridden term doubles, and the reward is the
@@ -337,7 +338,8 @@ def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path
 
     result = subprocess.run(
         [sys.executable, "-m", "fast_td3.training.train", f"task={DMC_TASK}", "preset=cpu", "env.num_envs=4",
-         "env.max_episode_steps=20", "total_steps=60", "eval_interval=30", "save_interval=60", "eval_episodes=2",
+         # as many eval episodes as training envs: the eval envs reuse the training envs' traced step
+         "env.max_episode_steps=20", "total_steps=60", "eval_interval=30", "save_interval=60", "eval_episodes=4",
          "eval_video=true", "logger.log_interval=20", "algo.batch_size=64", "algo.learning_starts=5",
          f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "MUJOCO_GL": "egl"},

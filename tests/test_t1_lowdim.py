@@ -290,10 +290,13 @@ def test_training_observation_equals_the_sim2sim_observation_of_the_same_state(e
 
 
 def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset(env):
+    import jax
     import jax.numpy as jnp
 
     env.reset(seed=5)
-    env._time_limit = jnp.int32(3)  # every episode times out at its third step
+    limit = env._time_limit
+    # every episode times out at its third step; placed like the env's own limit, or step would compile again
+    env._time_limit = jax.device_put(jnp.int32(3), env._jax_device)
     try:
         for step in range(3):
             _, _, dones, extras = env.step(torch.zeros(2, 12))
@@ -308,7 +311,7 @@ def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset(env):
                 np.testing.assert_allclose(signals["torques"].numpy(), np.asarray(state.data.qfrc_actuator[:, 6:]))
                 assert (signals["torques"].abs() <= signals["torque_limits"] + 1e-4).all()
     finally:
-        env._time_limit = jnp.int32(env.max_episode_steps)
+        env._time_limit = limit
     assert dones.all()
     final_height = extras["final_observations"]["critic"][:, 50]  # privileged: 47 actor + 3 velocity, then height
     np.testing.assert_allclose(signals["base_height"].numpy(), final_height.numpy(), atol=1e-6)

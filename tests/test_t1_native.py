@@ -419,18 +419,18 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
 import test_t1_native as T
-from envs.playground import t1_lowdim
+from envs.playground import t1_lowdim, t1_mjx
 
 build = t1_lowdim.build_mj_model
 
 
-def converged(terrain, control):
-    model = build(terrain, control)
+def converged(*args, **kwargs):
+    model = build(*args, **kwargs)
     model.opt.iterations, model.opt.ls_iterations, model.opt.tolerance = 50, 50, 1e-12
     return model
 
 
-t1_lowdim.build_mj_model = converged
+t1_lowdim.build_mj_model = t1_mjx.build_mj_model = converged  # the native backend's, the MJX env's
 T.MJX_FLOAT = np.float64
 errors = T.fidelity_errors(*T.fidelity_runs())
 print({k: max(v) for k, v in errors.items()})

@@ -159,7 +159,11 @@ def _scene_key(terrain: str, menagerie_path: str | None) -> str:
 
     from envs.playground.menagerie import find_menagerie
 
-    parts = [terrain, mujoco.__version__, importlib.metadata.version("playground"), str(find_menagerie(menagerie_path))]
+    try:
+        playground = importlib.metadata.version("playground")
+    except importlib.metadata.PackageNotFoundError:
+        playground = "absent"  # never cached under this key: the build below needs Playground
+    parts = [terrain, mujoco.__version__, playground, str(find_menagerie(menagerie_path))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

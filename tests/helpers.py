@@ -151,6 +151,24 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def kill_a_trainer_with_workers(script: Path, workers: int) -> list[int]:
+    """Run `script` (it prints its env workers' pids on one line, then waits), check that
+    `workers` of them run, SIGKILL the script and return their pids: what the OOM killer does."""
+    import signal
+    import subprocess
+    import sys
+
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parent.parent)
+    try:
+        pids = [int(pid) for pid in trainer.stdout.readline().split()]
+        assert len(pids) == workers and all(process_alive(pid) for pid in pids), pids
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    return pids
+
+
 def assert_processes_exit(pids: list[int], what: str, seconds: float = 20) -> None:
     """Wait up to `seconds` for every process in `pids` to be gone; fail naming `what` otherwise."""
     import time

@@ -16,7 +16,7 @@ from env_conformance import EnvContractTests, assert_step_identically
 from envs.gymnasium import GymnasiumVecEnv, tasks
 from envs.protocol import derive_env_seeds
 from envs.registry import UnknownTaskError, make_env
-from helpers import assert_processes_exit, process_alive
+from helpers import assert_processes_exit, kill_a_trainer_with_workers
 
 TASK = "InvertedPendulum-v5"
 
@@ -95,8 +95,6 @@ def test_an_unclosed_pool_does_not_hang_the_interpreter_at_exit(tmp_path):
 def test_worker_processes_die_with_a_killed_trainer(tmp_path):
     """kill -9 of the trainer (the OOM killer, a scheduler): its env workers read end-of-file on
     their pipes and exit instead of living on as orphans."""
-    import signal
-
     script = tmp_path / "killed.py"
     script.write_text(
         "import time\n"
@@ -106,14 +104,7 @@ def test_worker_processes_die_with_a_killed_trainer(tmp_path):
         "print(' '.join(str(p.pid) for p in env._vec._processes), flush=True)\n"
         "time.sleep(120)\n"
     )
-    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parent.parent)
-    try:
-        workers = [int(pid) for pid in trainer.stdout.readline().split()]
-        assert len(workers) == 2 and all(process_alive(pid) for pid in workers)
-    finally:
-        trainer.send_signal(signal.SIGKILL)
-        trainer.wait()
+    workers = kill_a_trainer_with_workers(script, workers=2)
     assert_processes_exit(workers, "env workers outlived the killed trainer")
 
 

@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 
 import test_env_gymnasium
 from env_conformance import assert_step_identically
+from helpers import assert_processes_exit, kill_a_trainer_with_workers
 from envs.humanoid_bench import GaitSignals, HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
 from fast_td3.analysis import gait_metrics as gm
@@ -90,34 +91,13 @@ time.sleep(120)
 """
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_sb3_workers_die_with_a_killed_trainer(tmp_path):
     """Forked SB3 workers hold each other's pipe ends and never see end-of-file: without
     a parent-death signal they outlive a trainer killed by the OOM killer or SIGKILL."""
-    import signal
-    import time
-
     script = tmp_path / "orphans.py"
     script.write_text(ORPHAN_SCRIPT)
-    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parent.parent)
-    try:
-        workers = [int(pid) for pid in trainer.stdout.readline().split()]
-        assert len(workers) == 3 and all(_alive(pid) for pid in workers)
-    finally:
-        trainer.send_signal(signal.SIGKILL)
-        trainer.wait()
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in workers)
+    workers = kill_a_trainer_with_workers(script, workers=3)
+    assert_processes_exit(workers, "SB3 workers outlived the killed trainer", seconds=10)
 
 
 def test_sb3_workers_leave_ctrl_c_to_the_trainer():

@@ -2,8 +2,8 @@
 
 The task of `envs/playground/t1_lowdim.py`, as `t1_mjx.py` runs it on MJX, with its physics in
 MuJoCo's C engine: one `mujoco.batch.Batch` holds an MjData per env and steps them all on a
-pool of C threads; the task logic runs vectorised over envs in NumPy (float64, MuJoCo's precision) and
-crosses to torch as float32. No JIT compile: the env is ready in about a second.
+pool of C threads; the task logic runs vectorised over envs in NumPy (float64, MuJoCo's
+precision) and crosses to torch as float32. No JIT compile: the env is ready in about a second.
 
 What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the
 deployment contract (`sim2real.t1`: observation, actions to PD targets, command smoothing

@@ -3,6 +3,7 @@
     python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run>
     python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run> --seconds 10 --last 3
     python scripts/gate_checkpoints.py <run> --json gates.json     # also the rows as JSON
+    python scripts/gate_checkpoints.py <run> --robust 20 --seed 0   # and 20 perturbed trials each (the robust gate)
 
 Eval return says how the policy does on the training task; the gate says whether the exported
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
@@ -20,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
-from sim2real import sim2sim  # noqa: E402
+from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 
 
@@ -45,13 +46,20 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
     return passed
 
 
-def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0) -> dict:
+def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0,
+             trials: int = 0, seed: int = 0) -> dict:
     step = int(checkpoint.stem.split("_")[-1])
     bundle = export_bundle(checkpoint, run_dir / "gated" / f"step_{step:09d}", force=True)
     loaded = sim2sim.load_bundle(bundle)
     report = sim2sim.run(loaded, seconds=seconds)
     row = {"step": step, "eval_return": returns.get(step), "passed": report.passed,
            "seconds_walked": round(report.seconds_walked, 2), "bundle": str(bundle)}
+    if trials:
+        robust_report = robust.run(loaded, trials=trials, seed=seed, seconds=seconds)
+        row["robust_pass_rate"] = round(robust_report.robust_pass_rate, 3)
+        row["robust_passed"] = robust_report.passed
+        row["failed_trials"] = [t.draw.summary() + ": " + "; ".join(t.failures())
+                                for t in robust_report.trials if not t.passed]
     if perturb:
         row["perturbed_passes"] = f"{perturbed_passes(loaded, seconds, perturb)}/{perturb}"
     for segment in report.segments:
@@ -71,6 +79,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
     parser.add_argument("--perturb", type=int, default=0,
                         help="also N gate runs with 1e-3 observation noise: how many pass (a margin probe)")
+    parser.add_argument("--robust", type=int, default=0, metavar="TRIALS",
+                        help="also the robust gate: this many perturbed trials per checkpoint (sim2real/robust.py)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the robust trials' draws (default 0)")
     args = parser.parse_args(argv)
     checkpoints = sorted((args.run / "checkpoints").glob("step_*.pt"))
     if args.last:
@@ -79,15 +90,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"{args.run} has no checkpoints/step_*.pt")
     returns = eval_returns(args.run)
     rows = []
-    print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6}  failures")
+    print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6} {'robust':>7}  failures")
     for checkpoint in checkpoints:
-        row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb)
+        row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb, args.robust, args.seed)
         rows.append(row)
         failures = "; ".join(f"{k.split('/')[0]}: {', '.join(v)}" for k, v in row.items()
                              if k.endswith("/failures") and v)
         ret = f"{row['eval_return']:.2f}" if row["eval_return"] is not None else "-"
         print(f"{row['step']:>8} {ret:>11} {'PASS' if row['passed'] else 'fail':>5} {row['seconds_walked']:>6.1f}s "
-              f"{row.get('perturbed_passes', '-'):>6}  {failures}", flush=True)
+              f"{row.get('perturbed_passes', '-'):>6} "
+              f"{format(row['robust_pass_rate'], '.0%') if 'robust_pass_rate' in row else '-':>7}  {failures}",
+              flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return rows

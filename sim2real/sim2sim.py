@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mujoco
 import numpy as np
 import yaml
 
-from fast_td3.training.metrics_log import json_safe
 from sim2real import t1
+from sim2real.mujoco_robot import T1Robot
+from sim2real.perturbations import TrialDraw
 
 SEGMENTS = (
     ("stand", (0.0, 0.0, 0.0)),
@@ -48,7 +47,8 @@ SEGMENTS = (
 )
 """The scripted joystick sequence: (name, (vx [m/s], vy [m/s], yaw rate [rad/s]))."""
 SETTLE_SECONDS = 2.0
-"""Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s)."""
+"""Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s), and the
+same time after each push of a robust trial (the robot recovers, then tracks again)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ def load_bundle(folder: str | Path) -> Bundle:
     import torch
 
     folder = bundle_path(folder)
+    if not folder.is_dir():
+        raise BundleError(f"bundle={folder}: no such folder, nor a shipped bundle (shipped: {', '.join(shipped())}); "
+                          "make one with `fast-td3-export checkpoint=<a T1LowDimJoystick* run> out=<folder>`")
     for name in ("policy.pt", "meta.json", "T1.yaml"):
         if not (folder / name).is_file():
             raise BundleError(f"{folder} has no {name}: sim-to-sim needs a T1 bundle from "
@@ -127,11 +130,41 @@ def load_bundle(folder: str | Path) -> Bundle:
         missing = [k for k in keys if not isinstance(present, dict) or k not in present]
         if missing:
             raise BundleError(f"{folder / 'T1.yaml'}: section {section!r} lacks {missing}")
+    check_deploy_numbers(folder / "T1.yaml", deploy_yaml)
     try:
         policy = torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
     except (RuntimeError, OSError) as error:
         raise BundleError(f"{folder / 'policy.pt'} is not a TorchScript file torch.jit.load can read ({error})") from None
     return Bundle(folder, policy, meta, deploy_yaml)
+
+
+def shipped() -> list[str]:
+    """The names of the bundles shipped with the package (`bundle=<name>`)."""
+    return sorted(p.name for p in PRETRAINED.iterdir() if p.is_dir()) if PRETRAINED.is_dir() else []
+
+
+def check_deploy_numbers(path: Path, deploy_yaml: dict[str, Any]) -> None:
+    """T1.yaml's per-joint lists hold one number per joint, its rates and scales are numbers."""
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key in ("stiffness", "damping", "default_qpos", "torque_limit"):
+        values = deploy_yaml["common"][key]
+        if not isinstance(values, list) or len(values) != t1.NUM_JOINTS:
+            count = len(values) if isinstance(values, list) else "not a list"
+            raise BundleError(f"{path}: common.{key} needs {t1.NUM_JOINTS} numbers (one per joint, SDK order), "
+                              f"has {count}")
+        bad = [(i, v) for i, v in enumerate(values) if not number(v)]
+        if bad:
+            i, v = bad[0]
+            raise BundleError(f"{path}: common.{key}[{i}] ({t1.SDK_JOINT_NAMES[i]}) is {v!r}, not a number")
+    control = deploy_yaml["policy"]["control"]
+    scalars = {"common.dt": deploy_yaml["common"]["dt"], "policy.gait_frequency": deploy_yaml["policy"]["gait_frequency"],
+               "policy.control.action_scale": control.get("action_scale") if isinstance(control, dict) else None,
+               "policy.control.decimation": control.get("decimation") if isinstance(control, dict) else None}
+    for key, value in scalars.items():
+        if not number(value):
+            raise BundleError(f"{path}: {key} is {value!r}, not a number")
 
 
 def deploy_mismatches(bundle: Bundle) -> list[str]:
@@ -169,61 +202,6 @@ def deploy_mismatches(bundle: Bundle) -> list[str]:
         problems.append(f"the bundle's observation layout {recorded} is not this code's {list(t1.OBSERVATION_LAYOUT)}: "
                         "re-export with this version")
     return problems
-
-
-# ------------------------------------------------------------------ one MuJoCo robot
-class T1Robot:
-    """The T1 in native MuJoCo under a control setting, stepped one policy period at a time."""
-
-    def __init__(self, control: t1.T1Control, terrain: str = "flat") -> None:
-        from envs.playground.t1_lowdim import build_mj_model, initial_qpos
-
-        self.control = control
-        self.model = build_mj_model(terrain, control)
-        self.data = mujoco.MjData(self.model)
-        self.default_pose = np.asarray(control.default_pose)
-        self.data.qpos[:] = initial_qpos(self.model, control)
-        self.data.ctrl[:] = self.default_pose
-        mujoco.mj_forward(self.model, self.data)
-        self._local_linvel = _sensor(self.model, "local_linvel")
-
-    def projected_gravity(self) -> np.ndarray:
-        return t1.imu_from_floating_base(np, self.data.qpos[3:7], self.data.qvel[3:6])[0]
-
-    def gyro(self) -> np.ndarray:
-        return self.data.qvel[3:6].copy()
-
-    def base_rotation(self) -> np.ndarray:
-        rotation = np.zeros(9)
-        mujoco.mju_quat2Mat(rotation, self.data.qpos[3:7] / np.linalg.norm(self.data.qpos[3:7]))
-        return rotation.reshape(3, 3)
-
-    def local_linvel(self) -> np.ndarray:
-        return self.data.sensordata[self._local_linvel].copy()
-
-    def observation(self, command: np.ndarray, gait_process: np.ndarray, last_action: np.ndarray) -> np.ndarray:
-        """The 47 numbers the policy sees in this state (noiseless)."""
-        return t1.actor_observation(
-            np, projected_gravity=self.projected_gravity(), gyro=self.gyro(), command=command,
-            gait_process=gait_process, joint_pos=self.data.qpos[7:].copy(), joint_vel=self.data.qvel[6:].copy(),
-            last_action=last_action, default_pose=self.default_pose).astype(np.float32)
-
-    def act(self, actions: np.ndarray) -> None:
-        """One policy period: `decimation` physics steps towards the actions' PD targets."""
-        targets = t1.targets_from_actions(np, actions, self.control, self.default_pose)
-        alpha = self.control.target_filter
-        for _ in range(self.control.decimation):
-            self.data.ctrl[:] = self.data.ctrl + alpha * (targets - self.data.ctrl)
-            mujoco.mj_step(self.model, self.data)
-
-    def fallen(self, min_height: float, min_tilt_cos: float) -> bool:
-        return bool(self.data.qpos[2] < min_height or -self.projected_gravity()[2] < min_tilt_cos
-                    or not np.isfinite(self.data.qpos).all())
-
-
-def _sensor(model: mujoco.MjModel, name: str) -> slice:
-    sensor = model.sensor(name)
-    return slice(model.sensor_adr[sensor.id], model.sensor_adr[sensor.id] + model.sensor_dim[sensor.id])
 
 
 # ------------------------------------------------------------------ the gate
@@ -296,6 +274,13 @@ class Sim2SimReport:
         return total
 
 
+def check_seconds(seconds: float) -> None:
+    """A segment must last past the settle time, or no tracking error can be measured."""
+    if not seconds > SETTLE_SECONDS:
+        raise BundleError(f"seconds={seconds:g} leaves nothing to judge: tracking is measured after the first "
+                          f"{SETTLE_SECONDS:g} s of each segment; give seconds > {SETTLE_SECONDS:g} (default 20)")
+
+
 def period_averaged_error(measured: np.ndarray, commanded: np.ndarray, window: int) -> float:
     """Mean norm of (measured - commanded) after both are averaged over `window` consecutive steps.
 
@@ -316,10 +301,11 @@ def period_averaged_error(measured: np.ndarray, commanded: np.ndarray, window: i
 
 def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: float = 0.35,
         min_tilt_cos: float = 0.5, policy=None, thresholds: Thresholds | None = None,
-        on_step=None) -> Sim2SimReport:
+        on_step=None, draw: TrialDraw | None = None) -> Sim2SimReport:
     """Play the scripted joystick sequence and judge it; stops at the first fall.
 
     `on_step(robot)`, when given, is called after every policy step (a viewer or a video recorder).
+    `draw`, when given, is one robust trial's perturbations (`sim2real.robust`); None: nominal.
     """
     import torch
 
@@ -327,7 +313,7 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
     limits = thresholds or Thresholds()
     control = bundle.control()
     terrain = "rough" if "Rough" in bundle.deploy.get("source_task", "") else "flat"
-    robot = T1Robot(control, terrain)
+    robot = T1Robot(control, terrain, draw)
     frequency = np.array([float(bundle.deploy_yaml["policy"]["gait_frequency"])])
     mismatches = deploy_mismatches(bundle)
     report = Sim2SimReport(str(bundle.folder), passed=not mismatches, deploy_mismatches=mismatches,
@@ -343,6 +329,7 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
         report.segments.append(segment)
         start = robot.data.qpos[:2].copy()
         velocities, yaw_rates, commands = [], [], []
+        recovered_at = 0
         for step in range(steps):
             gait_process, command, active_frequency = t1.update_command_and_gait(
                 np, clock=np.array([elapsed]), active_frequency=active_frequency, smoothed=command,
@@ -353,10 +340,12 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
             last_action = np.clip(action, -1.0, 1.0).astype(np.float32)
             robot.act(last_action)
             elapsed += control.ctrl_dt
+            if robot.push_if_due(elapsed) is not None:
+                recovered_at = step + settle
             if on_step is not None:
                 on_step(robot)
             segment.commanded_distance += float(np.linalg.norm(command[:2])) * control.ctrl_dt
-            if step >= settle:
+            if step >= settle and step >= recovered_at:
                 velocities.append(robot.local_linvel()[:2])
                 yaw_rates.append(robot.gyro()[2])
                 commands.append(command.copy())
@@ -402,49 +391,3 @@ def print_report(report: Sim2SimReport) -> None:
 
 
 THRESHOLD_OPTIONS = tuple(Thresholds.__dataclass_fields__)
-
-
-def _parse(argv: list[str]) -> dict[str, str]:
-    options = {}
-    for token in argv:
-        key, sep, value = token.partition("=")
-        if not sep:
-            raise BundleError(f"arguments are key=value, got {token!r}")
-        options[key.lstrip("-")] = value
-    return options
-
-
-def cli(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return
-    try:
-        options = _parse(argv)
-        if "bundle" not in options:
-            raise BundleError("usage: fast-td3-sim2sim bundle=<folder> [seconds=20] [report=<file.json>] "
-                              "[max_lin_vel_error=0.2] [max_yaw_rate_error=0.3] [min_forward_coverage=0.6]")
-        known = ("bundle", "seconds", "report", "min_height", "min_tilt_cos", *THRESHOLD_OPTIONS)
-        unknown = set(options) - set(known)
-        if unknown:
-            raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
-        numbers = {key: float(options[key]) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
-        if numbers.get("seconds", 1.0) <= 0:
-            raise BundleError(f"seconds must be positive, got {numbers['seconds']}")
-        limits = {key: float(options[key]) for key in THRESHOLD_OPTIONS if key in options}
-        negative = [key for key, value in limits.items() if not value >= 0]
-        if negative:
-            raise BundleError(f"{', '.join(negative)} must be a number >= 0")
-        bundle = load_bundle(options["bundle"])
-    except ValueError as error:  # BundleError, or a number that is not one
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    report = run(bundle, **numbers, thresholds=Thresholds(**limits))
-    print_report(report)
-    if "report" in options:
-        Path(options["report"]).write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
-    print(json.dumps({"passed": report.passed, "fell": any(s.fell for s in report.segments),
-                      "tracking_failures": sum(not f.startswith("fell") for s in report.segments for f in s.failures),
-                      "seconds_walked": round(report.seconds_walked, 2),
-                      "deploy_mismatches": len(report.deploy_mismatches)}))
-    sys.exit(0 if report.passed else 1)

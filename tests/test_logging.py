@@ -163,3 +163,35 @@ def test_json_safe_writes_non_finite_metrics_as_null():
     value = {"gait": {"foot_slip": float("nan"), "rates": [float("inf"), 0.5]}, "task": "T1", "step": 3}
     assert json_safe(value) == {"gait": {"foot_slip": None, "rates": [None, 0.5]}, "task": "T1", "step": 3}
     json.dumps(json_safe(value), allow_nan=False)  # strict JSON
+
+
+def test_metrics_of_an_earlier_step_are_filed_at_that_step(tmp_path, monkeypatch):
+    """A gate's verdict arrives after later steps: jsonl and TensorBoard file it at its own step,
+    wandb (whose steps only grow) logs it now against `gate/step`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = LoggerConfig(console=False, tensorboard=True, wandb_mode="offline")
+    logger = MetricsLogger(cfg, tmp_path, {}, "T", total_steps=10, num_envs=4)
+    logger.log(5, {"loss/critic": 1.0})
+    logger.log_past(2, {"gate/robust_pass_rate": 0.75}, "gate/step")
+    logger.log(6, {"loss/critic": 0.5})
+    logger.close()
+    past = [r for r in read_metrics(tmp_path) if "gate/robust_pass_rate" in r]
+    assert [(r["step"], r["env_steps"], r["gate/robust_pass_rate"]) for r in past] == [(2, 8, 0.75)]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("gate/robust_pass_rate")] == [(2, 0.75)]
+    (offline,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert any(offline.glob("*.wandb"))  # the offline run took the late metrics without an error
+
+
+def test_a_late_metric_joins_the_console_line(capsys):
+    from fast_td3.training.metrics_log import ConsoleProgress
+
+    console = ConsoleProgress(total_steps=10, start_step=0, task="T")
+    console.remember({"gate/robust_pass_rate": 0.8})
+    assert capsys.readouterr().out == ""  # nothing printed on arrival
+    console.log(4, {"eval/return_mean": 3.0})
+    assert "eval 3 | gate 0.8" in capsys.readouterr().out

@@ -107,3 +107,15 @@ def test_overrides_are_read_without_resolving_interpolations(tmp_path):
 
     (tmp_path / "overrides.yaml").write_text("- task=T1\n- out_dir=runs/${now:%Y-%m-%d}\n")
     assert read_overrides(tmp_path) == {"task": "T1", "out_dir": "runs/${now:%Y-%m-%d}"}
+
+
+def test_report_plots_the_gate_when_a_run_was_gated(sweep, tmp_path):
+    gated = tmp_path / "gated"
+    shutil.copytree(sweep / "1_b", gated)
+    with open(gated / "metrics.jsonl", "a") as f:
+        for step, rate in ((10, 0.4), (20, 0.9)):
+            f.write(f'{{"step": {step}, "gate/passed": {float(rate >= 0.9)}, "gate/robust_pass_rate": {rate}}}\n')
+    page = build_report([gated], tmp_path / "with_gate.html").read_text()
+    assert "Deploy gate while training" in page and (tmp_path / "with_gate_files" / "gate.png").stat().st_size > 0
+    page = build_report([sweep / "1_b"], tmp_path / "without_gate.html").read_text()
+    assert "Deploy gate while training" not in page  # runs without a gate get no empty panel

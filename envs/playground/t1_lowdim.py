@@ -33,7 +33,7 @@ import mujoco
 import numpy as np
 from ml_collections import config_dict
 
-from sim2real import t1
+from sim2real import perturbations, t1
 
 TERRAINS = {"T1LowDimJoystickFlatTerrain": "flat", "T1LowDimJoystickRoughTerrain": "rough"}
 PLAYGROUND_SCENES = {"flat": "T1JoystickFlatTerrain", "rough": "T1JoystickRoughTerrain"}
@@ -59,7 +59,7 @@ def default_config() -> config_dict.ConfigDict:
                                        for k, v in commands.__dict__.items()}),
         noise_config=config_dict.create(
             level=1.0,  # 0.0: noiseless observations
-            scales=config_dict.create(gravity=0.05, gyro=0.2, joint_pos=0.03, joint_vel=1.5),
+            scales=config_dict.create(**perturbations.OBSERVATION_NOISE_SCALES),  # the robust gate's too
         ),
         reward_config=config_dict.create(
             scales=config_dict.create(
@@ -87,7 +87,8 @@ def default_config() -> config_dict.ConfigDict:
             soft_joint_limit_factor=0.95,
         ),
         termination=config_dict.create(min_base_height=0.35, max_tilt_cos=0.5),
-        push_config=config_dict.create(enable=True, interval_range=[5.0, 10.0], magnitude_range=[0.1, 1.0]),
+        push_config=config_dict.create(enable=True, interval_range=list(perturbations.PUSH_INTERVAL),
+                                       magnitude_range=list(perturbations.PUSH_SPEED)),  # the robust gate's ranges
         randomization=config_dict.create(
             # used when the adapter's `domain_randomization` is on; each kind has its switch
             floor_friction=True, floor_friction_range=[0.4, 1.0],

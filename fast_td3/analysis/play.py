@@ -4,6 +4,7 @@
     fast-td3-play runs/Isaac-Velocity-Flat-H1-v0/<run> --num-envs 16     # Isaac Lab: Isaac Sim's window
     fast-td3-play runs/<task>/<run> --video walk.mp4 --steps 500         # any suite: a video of env 0
     fast-td3-play sim2real/pretrained/t1_flat --video t1.mp4             # a T1 bundle through the sim-to-sim sequence
+    fast-td3-play t1_flat --trial 3 --video trial3.mp4                   # robust gate trial 3, pushes and all
 
 From a run folder it plays checkpoints/best.pt (the best evaluation during training) when the
 run has one, else the newest step_<N>.pt (`--use latest` / `--use best` choose), and says which
@@ -122,8 +123,19 @@ def cli(argv: list[str] | None = None) -> None:
                         help="video frame rate (default: the control rate for Isaac Lab and mjlab, else 30)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="T1 bundles: seconds per joystick segment (default 10)")
+    parser.add_argument("--trial", type=int, default=None,
+                        help="T1 bundles: replay robust sim-to-sim trial K with its perturbations (pushes as arrows, "
+                             "the draw as a caption)")
+    parser.add_argument("--seed", type=int, default=0, help="T1 bundles with --trial: the gate's seed (default 0)")
+    parser.add_argument("--gate-report", default=None,
+                        help="T1 bundles with --trial: take the trial's draw from this robust report "
+                             "(fast-td3-sim2sim robust=true report=<file>) instead of drawing it again")
+    parser.add_argument("--shadows", action="store_true",
+                        help="T1 bundle videos: render shadows and reflections (about 5x slower on a CPU)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
     args = parser.parse_args(argv)
+    if args.trial is not None and args.trial < 0 or args.seed < 0:
+        parser.error("--trial and --seed must be >= 0")
     if args.num_envs < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--num-envs and --steps must be at least 1")
     if args.seconds is not None and not args.seconds > 0:
@@ -137,7 +149,8 @@ def cli(argv: list[str] | None = None) -> None:
 
         if is_bundle(args.checkpoint):
             silence_library_noise()  # native MuJoCo
-            result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps)
+            result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps, args.trial, args.seed,
+                                 args.gate_report, args.shadows)
         else:
             result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device,
                           args.use, say=lambda line: print(f"fast-td3-play: {line}", file=sys.stderr))

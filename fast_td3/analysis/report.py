@@ -212,6 +212,39 @@ def plot_learning_curves(runs: list[RunSummary], path: Path) -> None:
     plt.close(fig)
 
 
+GATE_PLOTS = (("gate/robust_pass_rate", "gate: robust pass rate"), ("gate/passed", "gate: passed (1) or not (0)"),
+              ("gate/turn/yaw_rate_error", "gate: turn yaw-rate error [rad/s]"),
+              ("gate/forward/lin_vel_error", "gate: forward planar-velocity error [m/s]"))
+"""The deploy gate's verdicts while training (`gate.interval`), one panel each."""
+
+
+def gate_points(run: RunSummary, key: str) -> list[tuple[int, float]]:
+    return sorted((r["step"], r[key]) for r in run.records if isinstance(r.get(key), (int, float)))
+
+
+def plot_gate(runs: list[RunSummary], path: Path) -> bool:
+    """The gate's metrics against global step; False (nothing drawn) when no run was gated."""
+    if not any(gate_points(run, GATE_PLOTS[0][0]) for run in runs):
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(GATE_PLOTS), figsize=(4.2 * len(GATE_PLOTS), 3.6))
+    for run in runs:
+        for ax, (key, _) in zip(axes, GATE_PLOTS):
+            points = gate_points(run, key)
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o", markersize=3, label=run.name)
+    for ax, (_, title) in zip(axes, GATE_PLOTS):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("global step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def plot_action_histograms(diag: dict[str, Any], path: Path, bins: int) -> None:
     plt = _pyplot()
     counts, edges = action_histograms(diag["actions"], bins)
@@ -340,6 +373,10 @@ def render_report(runs: list[RunSummary], out: Path, sort_key: str, descending: 
 
     parts.append("<h2>Learning curves</h2>")
     parts.append(f"<div class='figs'>{_img(images, 'learning_curves.png', 'learning curves')}</div>")
+    if plot_gate(ordered, images.path("gate.png")):
+        parts.append("<h2>Deploy gate while training</h2><p class='note'>Each gated checkpoint through the nominal "
+                     "sim-to-sim gate and the perturbed trials (gate.interval; docs/sim2real.md).</p>")
+        parts.append(f"<div class='figs'>{_img(images, 'gate.png', 'deploy gate')}</div>")
 
     # summary table
     parts.append("<h2>Final evaluation</h2><div class='scroll'><table><tr><th class='name'>run</th><th>step</th>")

@@ -82,6 +82,32 @@ class DistributedConfig:
     its share (same update as one process, env count still grows)."""
 
 
+BEST_BY = ("eval_return", "gate")
+
+
+@dataclass
+class GateConfig:
+    """The deploy gate run while training (T1LowDimJoystick tasks): every `interval` global steps
+    the current actor is exported and played through the nominal sim-to-sim gate and `trials`
+    perturbed trials (`fast-td3-sim2sim robust=true`), in a background process on the CPU."""
+
+    interval: int = 0
+    """Global steps between gates (0: no gate while training)."""
+    trials: int = 10
+    """Perturbed trials per gate (0: the nominal gate only)."""
+    seconds: float = 10.0
+    """Seconds per joystick segment (stand, forward, sideways, turn), > 2 (the settle time)."""
+    seed: int = 0
+    """Seed of the trials' draws: every gate of a run meets the same perturbations."""
+    min_pass_rate: float = 0.9
+    """Share of the trials that must pass for the gate to pass (the nominal trial must pass too)."""
+    stop_after_passes: int = 0
+    """Stop the run once this many gates in a row passed (0: never)."""
+    perturbations: Dict[str, str] = field(default_factory=dict)
+    """Changes to the perturbation ranges, as fast-td3-sim2sim's options: gate.perturbations.push=off,
+    gate.perturbations.floor_friction='0.2,1.0', gate.perturbations.physics=implicitfast."""
+
+
 @dataclass
 class TrainConfig:
     """One training run. Intervals count global steps (one vectorised env step)."""
@@ -90,6 +116,10 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    best_by: str = "eval_return"
+    """What best.pt keeps: 'eval_return' (the best evaluation) or 'gate' (the highest robust pass
+    rate, then a nominal pass, then eval return, among the gated checkpoints; needs gate.interval)."""
     total_steps: int = 150_000
     """Length of the run in global steps."""
     eval_interval: int = 5_000
@@ -143,8 +173,28 @@ class TrainConfig:
                 f"algo.batch_size ({self.algo.batch_size}) must be >= env.num_envs ({self.env.num_envs}): "
                 "each update draws batch_size // num_envs transitions per env"
             )
+        problems += self._gate_problems()
         if problems:
             raise ConfigError("invalid TrainConfig: " + "; ".join(problems))
+
+    def _gate_problems(self) -> list[str]:
+        gate, problems = self.gate, []
+        if self.best_by not in BEST_BY:
+            problems.append(f"best_by must be one of {BEST_BY}, got {self.best_by!r}")
+        for name in ("interval", "trials", "seed", "stop_after_passes"):
+            if getattr(gate, name) < 0:
+                problems.append(f"gate.{name} must be >= 0, got {getattr(gate, name)}")
+        if not gate.seconds > 2.0:
+            problems.append(f"gate.seconds must be > 2 (tracking is judged after a 2 s settle), got {gate.seconds}")
+        if not 0.0 <= gate.min_pass_rate <= 1.0:
+            problems.append(f"gate.min_pass_rate must be in [0, 1], got {gate.min_pass_rate}")
+        if gate.interval > 0 and not self.env.task.startswith("T1LowDimJoystick"):
+            problems.append(f"gate.interval={gate.interval}: the deploy gate plays T1 bundles; {self.env.task} has "
+                            "none (set gate.interval=0)")
+        if gate.interval == 0 and (self.best_by == "gate" or gate.stop_after_passes):
+            key = "best_by=gate" if self.best_by == "gate" else "gate.stop_after_passes"
+            problems.append(f"{key} needs the gate in the loop: set gate.interval > 0")
+        return problems
 
 
 def _field_docs() -> dict[str, dict[str, str]]:

@@ -16,7 +16,7 @@ from typing import Any
 from fast_td3.training.config import TrainConfig, describe_fields
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-GROUPS = ("task", "preset", "algo", "algo_task", "reward", "logger", "suite")
+GROUPS = ("task", "preset", "algo", "algo_task", "reward", "logger", "suite", "gate")
 """Config groups (folders of conf/) in the order the page lists them."""
 _SUITE_DEFAULT = re.compile(r"^\s*-\s*/suite:\s*(\S+)", re.MULTILINE)
 

@@ -166,6 +166,7 @@ class ConsoleProgress:
         ("eval/return_mean", "eval"),
         ("perf/env_steps_per_s", "env steps/s"),
         ("perf/updates_per_s", "updates/s"),
+        ("gate/robust_pass_rate", "gate"),
     )
 
     def __init__(self, total_steps: int, start_step: int, task: str) -> None:
@@ -213,8 +214,12 @@ class ConsoleProgress:
             else:
                 self._progress.update(self._task_id, completed=step)
 
-    def log(self, step: int, metrics: dict[str, float]) -> None:
+    def remember(self, metrics: dict[str, float]) -> None:
+        """Take the summary's keys from `metrics` for the next line, printing nothing now."""
         self._summary.update({k: v for k, v in metrics.items() if k in dict(self.SUMMARY_KEYS)})
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.remember(metrics)
         if self._progress is not None:
             self._progress.update(self._task_id, completed=step, summary=self._summary_text())
         else:
@@ -323,6 +328,28 @@ class MetricsLogger:
             self._wandb.log(dict(metrics), step=step)
         if self.console is not None:
             self.console.log(step, metrics)
+
+    def log_past(self, step: int, metrics: dict[str, float], step_key: str) -> None:
+        """Metrics that describe an earlier global step `step` (a gate's verdict arrives later):
+        metrics.jsonl and TensorBoard file them at `step`; wandb, whose steps only grow, logs
+        them now with `step_key` = step as their x-axis."""
+        record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
+        record.update(json_safe(metrics))
+        self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
+        if self._tensorboard is not None:
+            for key, value in metrics.items():
+                self._tensorboard.add_scalar(key, value, step)
+        if self.console is not None:
+            self.console.remember(metrics)
+        if self._wandb is not None:
+            prefix = step_key.split("/")[0]
+            self._wandb.define_metric(step_key)
+            self._wandb.define_metric(f"{prefix}/*", step_metric=step_key)
+            self._wandb.log(dict(metrics) | {step_key: step})
+
+    def note(self, text: str) -> None:
+        """A line on the console (above the progress bar on a terminal)."""
+        self._say(text)
 
     def log_video(self, step: int, path: Path) -> None:
         """An evaluation video: its path in metrics.jsonl, the video itself in wandb."""

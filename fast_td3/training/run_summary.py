@@ -46,6 +46,21 @@ def best_eval(run_dir: Path) -> dict | None:
     return {"step": int(state["global_step"]), "return_mean": recorded.get("return_mean"), "path": path}
 
 
+def best_gate(run_dir: Path, best: dict | None) -> str | None:
+    """The summary line of a best.pt the deploy gate chose (best_by=gate), None otherwise."""
+    from fast_td3.training.gate_loop import GATE_DIR, read_verdict
+
+    if best is None:
+        return None
+    verdict = read_verdict(Path(run_dir) / GATE_DIR / f"step_{best['step']:09d}.json", best["step"])
+    if verdict is None or verdict.error is not None:
+        return None
+    m = verdict.metrics
+    return (f"  best gate   step {best['step']}: {'PASS' if verdict.passed else 'fail'} (nominal "
+            f"{'pass' if m['gate/nominal_passed'] else 'fail'}, robust pass rate {m['gate/robust_pass_rate']:.0%}), "
+            f"kept as {display_path(best['path'])}")
+
+
 def is_t1(task: str) -> bool:
     """T1 tasks export a deployment bundle (sim2real/)."""
     return "T1" in task
@@ -62,7 +77,10 @@ def summary(run: FinishedRun) -> str:
     else:
         lines.append("  final eval  none during training (this suite has no eval envs): run fast-td3-eval below")
     best = best_eval(run.run_dir)
-    if best is not None:
+    gated = best_gate(run.run_dir, best)
+    if gated is not None:
+        lines.append(gated)
+    elif best is not None:
         score = f"return {best['return_mean']:.4g}" if best["return_mean"] is not None else "the best return"
         lines.append(f"  best eval   {score} at global step {best['step']}, "
                      f"kept as {display_path(best['path'])}")

@@ -39,6 +39,7 @@ from fast_td3.learner.device import resolve_device
 from fast_td3.training.episodes import EPISODE_METRIC_PREFIX, EpisodeStats, episode_means  # noqa: F401 (re-exported)
 from fast_td3.training.eval_diagnostics import eval_diagnostics, record_eval_step
 from fast_td3.training.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
+from fast_td3.training.gate_loop import GateLoop
 from fast_td3.training.guards import (  # noqa: F401
     FiniteGuard, NonFiniteObservationError, TrainingStopped, check_finite, non_finite_message, stop_signals_set_flag,
 )
@@ -111,6 +112,7 @@ class Runner:
         self._first_update_in_interval = False
         self._updated_in_this_process = False
         self.stop_requested: int = 0  # the signal that asked to stop
+        self.gate: GateLoop | None = None  # the deploy gate while training (rank 0, gate.interval > 0)
 
     # ================================================================ the loop
     def train(self) -> dict[str, float]:
@@ -119,9 +121,11 @@ class Runner:
         self._logger = logger = self._logger or self._make_logger()
         obs, critic_obs = self._reset_envs()
         interval = IntervalClock(self.global_step, on_pause=logger.paused_for)
+        if cfg.gate.interval and self.ranks.is_main:
+            self.gate = GateLoop(cfg, self.run_dir, self.checkpoints, self.global_step, logger.note)
         try:
             with stop_signals_set_flag(self):
-                while self.global_step < cfg.total_steps:
+                while self.global_step < cfg.total_steps and not self._gate_satisfied():
                     obs, critic_obs = self.collect(obs, critic_obs)
                     self.global_step += 1
                     if self.learning_started():
@@ -134,6 +138,8 @@ class Runner:
                         self._stop_if_non_finite()
                         with interval.paused():
                             self.evaluate()
+                    if self.gate is not None:
+                        self.tend_gate(final=False)
                     if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
                         self._stop_if_non_finite()
                         with interval.paused():
@@ -144,10 +150,34 @@ class Runner:
                 self._stop_if_non_finite()
                 final = self.evaluate()
                 self.save()
+                if self.gate is not None:
+                    self.tend_gate(final=True)
                 return final
         finally:
+            if self.gate is not None:
+                self.gate.close()
             logger.close()
             self._logger = None
+
+    def tend_gate(self, final: bool) -> None:
+        """Hand a due gate step to the gate loop; log the verdicts that arrived (at the end: all of them)."""
+        gate = self.gate
+        if gate.due(self.global_step) and (final or self.global_step < self.cfg.total_steps):
+            gate.submit(self.global_step, run_state.capture(self, with_buffer=False),
+                        self.last_eval.get("eval/return_mean"))
+        for verdict in gate.drain() if final else gate.poll():
+            self._logger.log_past(verdict.step, verdict.metrics, "gate/step")
+            promoted = gate.absorb(verdict)
+            self._logger.note(verdict.line() + (": now best.pt" if promoted else ""))
+
+    def _gate_satisfied(self) -> bool:
+        done = self.gate is not None and self.gate.satisfied
+        if self.cfg.gate.stop_after_passes and self.ranks.enabled:
+            done = bool(distributed.any_rank(int(done), self.ranks))
+        if done and self.gate is not None:
+            self._logger.note(f"Stopping at global step {self.global_step}: the gate passed "
+                              f"{self.gate.passes_in_a_row} times in a row (gate.stop_after_passes)")
+        return done
 
     def learning_started(self) -> bool:
         return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
@@ -291,6 +321,8 @@ class Runner:
         """A best evaluation return so far (on a tie the later, more trained one): its checkpoint
         becomes best.pt, what fast-td3-eval, -play and -export take from a run folder."""
         score = results["eval/return_mean"]
+        if self.cfg.best_by == "gate" and self.gate is not None and self.gate.best is not None:
+            return  # the gate's verdicts choose best.pt now
         if not math.isfinite(score) or (self.best_eval is not None and score < self.best_eval["return_mean"]):
             return
         self.best_eval = {"step": self.global_step, "return_mean": score}

@@ -1,0 +1,234 @@
+"""The deploy gate while training: every `gate.interval` global steps, the current actor through
+export and the robust sim-to-sim gate, without making the training loop wait.
+
+At a gate step the runner hands over its state (no replay buffer); it is written to
+`<run>/gate/step_<N>.pt` and `python -m sim2real.gate_job` plays the gate on it in a child
+process (niced, one thread, CPU only). One gate runs at a time; a gate step that comes while
+one runs waits, and a newer one replaces it. Each verdict lands in `<run>/gate/step_<N>.json`
+and is logged at step N as `gate/*` metrics. With `best_by=gate`, a verdict that ranks above
+every earlier one (robust pass rate, then a nominal pass, then eval return) becomes best.pt.
+
+The folder is the gate's memory: a resumed run reads the verdicts up to its step back from it
+and gates again a checkpoint whose verdict never came.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.config import TrainConfig
+
+GATE_DIR = "gate"
+
+
+@dataclass
+class GateVerdict:
+    step: int
+    metrics: dict[str, float]
+    eval_return: float | None = None
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.metrics.get("gate/passed", 0.0) == 1.0
+
+    def rank(self) -> tuple[float, float, float]:
+        """Higher is better: robust pass rate, then a nominal pass, then eval return."""
+        if self.error is not None:
+            return (-1.0, 0.0, -math.inf)
+        eval_return = self.eval_return if self.eval_return is not None and math.isfinite(self.eval_return) else -math.inf
+        return (self.metrics.get("gate/robust_pass_rate", 0.0), self.metrics.get("gate/nominal_passed", 0.0),
+                eval_return)
+
+    def line(self) -> str:
+        if self.error is not None:
+            return f"Gate at step {self.step}: not played ({self.error})"
+        m = self.metrics
+        return (f"Gate at step {self.step}: {'PASS' if self.passed else 'fail'} (nominal "
+                f"{'pass' if m['gate/nominal_passed'] else 'fail'}, robust pass rate {m['gate/robust_pass_rate']:.0%}, "
+                f"{m.get('gate/wall_s', float('nan')):.0f} s)")
+
+
+def gate_options(cfg: TrainConfig) -> list[str]:
+    """`key=value` options of `sim2real.gate_job` for this run's gate."""
+    gate = cfg.gate
+    options = {"trials": gate.trials, "seconds": gate.seconds, "seed": gate.seed, "min_pass_rate": gate.min_pass_rate}
+    options.update(gate.perturbations or {})
+    return [f"{key}={value}" for key, value in options.items()]
+
+
+def check_perturbations(cfg: TrainConfig) -> None:
+    """Bad `gate.perturbations` fail now, not at the first gate (ValueError naming the key)."""
+    if cfg.gate.interval and cfg.gate.perturbations:
+        from sim2real.robust import ranges_from_options
+
+        ranges_from_options({str(k): str(v) for k, v in cfg.gate.perturbations.items()})
+
+
+class GateLoop:
+    """Starts gates, collects their verdicts, keeps best.pt and counts passes in a row.
+
+    Args:
+        cfg: the run's config (its `gate` section and `best_by`).
+        run_dir: the run folder.
+        checkpoints: the run's checkpoint manager (best.pt).
+        start_step: the step the run starts or resumes from.
+        say: prints a line on the console.
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, checkpoints: ckpt.CheckpointManager, start_step: int,
+                 say: Callable[[str], None] = print) -> None:
+        self.cfg, self.gate, self.checkpoints, self.say = cfg, cfg.gate, checkpoints, say
+        self.folder = Path(run_dir) / GATE_DIR
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.running: tuple[int, subprocess.Popen] | None = None
+        self.waiting: tuple[int, float | None] | None = None
+        self.verdicts: list[GateVerdict] = []
+        self.best: GateVerdict | None = None
+        self.passes_in_a_row = 0
+        self._recall(start_step)
+
+    # ------------------------------------------------------------ schedule
+    def due(self, step: int) -> bool:
+        return self.gate.interval > 0 and step % self.gate.interval == 0
+
+    @property
+    def satisfied(self) -> bool:
+        """The run may stop: the last `stop_after_passes` gates passed."""
+        return bool(self.gate.stop_after_passes) and self.passes_in_a_row >= self.gate.stop_after_passes
+
+    def submit(self, step: int, state: dict[str, Any], eval_return: float | None) -> None:
+        """Gate the state of global step `step` as soon as no other gate runs."""
+        ckpt.save_atomic(state, self._checkpoint(step))
+        if self.waiting is not None:
+            self.say(f"Gate at step {self.waiting[0]} skipped: step {step} is newer and the gate was busy")
+            self._forget(self.waiting[0])
+        self.waiting = (step, eval_return)
+        self._start_waiting()
+
+    def poll(self) -> list[GateVerdict]:
+        """Verdicts that arrived since the last call (no waiting)."""
+        arrived = []
+        if self.running is not None and self.running[1].poll() is not None:
+            arrived.append(self._collect())
+            self._start_waiting()
+        return arrived
+
+    def drain(self) -> list[GateVerdict]:
+        """Wait for the running gate and the one waiting (the end of a run)."""
+        arrived = []
+        while self.running is not None:
+            self.running[1].wait()
+            arrived.append(self._collect())
+            self._start_waiting()
+        return arrived
+
+    def close(self) -> None:
+        """Stop a running gate (a stopped run); its checkpoint stays and a resume gates it again."""
+        if self.running is not None:
+            self.running[1].kill()
+            self.running[1].wait()
+            self.running = None
+
+    # ------------------------------------------------------------ verdicts
+    def absorb(self, verdict: GateVerdict) -> bool:
+        """Count the verdict; with best_by=gate, make its checkpoint best.pt when it ranks first.
+        Returns whether it became best.pt."""
+        self.verdicts.append(verdict)
+        self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
+        promoted = False
+        if self.best is None or verdict.rank() >= self.best.rank():
+            previous, self.best = self.best, verdict
+            if self.cfg.best_by == "gate" and verdict.error is None:
+                source = self._checkpoint(verdict.step)
+                ckpt.atomic_write_bytes(self.checkpoints.dir / ckpt.BEST_FILE,
+                                        lambda f: _copy_into(source, f))
+                promoted = True
+            if previous is not None:
+                self._checkpoint(previous.step).unlink(missing_ok=True)
+        if self.best is not verdict:
+            self._checkpoint(verdict.step).unlink(missing_ok=True)
+        return promoted
+
+    # ------------------------------------------------------------ internals
+    def _checkpoint(self, step: int) -> Path:
+        return self.folder / f"step_{step:09d}.pt"
+
+    def _result(self, step: int) -> Path:
+        return self.folder / f"step_{step:09d}.json"
+
+    def _forget(self, step: int) -> None:
+        self._checkpoint(step).unlink(missing_ok=True)
+
+    def _start_waiting(self) -> None:
+        if self.running is not None or self.waiting is None:
+            return
+        step, eval_return = self.waiting
+        self.waiting = None
+        self._result(step).unlink(missing_ok=True)
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+                   FAST_TD3_GATE_EVAL_RETURN="" if eval_return is None else repr(eval_return))
+        command = [sys.executable, "-m", "sim2real.gate_job", str(self._checkpoint(step)), str(self._result(step)),
+                   *gate_options(self.cfg)]
+        log = open(self.folder / f"step_{step:09d}.log", "wb")
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True)
+        finally:
+            log.close()
+        self.running = (step, process)
+
+    def _collect(self) -> GateVerdict:
+        step, process = self.running
+        self.running = None
+        verdict = read_verdict(self._result(step), step)
+        if verdict is None:
+            verdict = GateVerdict(step, {}, error=f"the gate process exited {process.returncode} without a verdict; "
+                                                  f"see {self.folder / f'step_{step:09d}.log'}")
+        return verdict
+
+    def _recall(self, start_step: int) -> None:
+        """Verdicts of this run up to `start_step` (a resume); later files belong to another history."""
+        for result in sorted(self.folder.glob("step_*.json")):
+            step = int(result.stem.split("_")[1])
+            if step > start_step:
+                result.unlink()
+                continue
+            verdict = read_verdict(result, step)
+            if verdict is not None:
+                self.verdicts.append(verdict)
+                self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
+                if self.best is None or verdict.rank() >= self.best.rank():
+                    self.best = verdict
+        for stale in self.folder.glob("step_*.pt"):
+            step = int(stale.stem.split("_")[1])
+            known = any(v.step == step for v in self.verdicts)
+            if step > start_step or (known and (self.best is None or self.best.step != step)):
+                stale.unlink()
+            elif not known:
+                self.waiting = (step, None)  # its verdict never came: gate it again
+        self._start_waiting()
+
+
+def read_verdict(path: Path, step: int) -> GateVerdict | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if "error" in record:
+        return GateVerdict(step, {}, error=record["error"])
+    return GateVerdict(step, record["metrics"], eval_return=record.get("eval_return"))
+
+
+def _copy_into(source: Path, target) -> None:
+    with open(source, "rb") as f:
+        shutil.copyfileobj(f, target)

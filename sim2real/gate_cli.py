@@ -1,0 +1,95 @@
+"""`fast-td3-sim2sim`: the command line of the sim-to-sim gate, nominal (`sim2real/sim2sim.py`) or
+robust (`sim2real/robust.py`). Options are `key=value`; bad input is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from fast_td3.training.metrics_log import json_safe
+from sim2real import robust, sim2sim
+from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
+
+
+
+def _parse(argv: list[str]) -> dict[str, str]:
+    options = {}
+    for token in argv:
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise BundleError(f"arguments are key=value, got {token!r}")
+        options[key.lstrip("-")] = value
+    return options
+
+
+def cli(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(sim2sim.__doc__)
+        print(robust.__doc__)
+        return
+    try:
+        options = _parse(argv)
+        if "bundle" not in options:
+            raise BundleError("usage: fast-td3-sim2sim bundle=<folder> [seconds=20] [report=<file.json>] "
+                              "[max_lin_vel_error=0.2] [max_yaw_rate_error=0.3] [min_forward_coverage=0.6] "
+                              "[robust=true trials=20 seed=0 min_pass_rate=0.9 ...]")
+        known = ("bundle", "seconds", "report", "min_height", "min_tilt_cos", *THRESHOLD_OPTIONS, *robust.OPTIONS)
+        unknown = set(options) - set(known)
+        if unknown:
+            raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
+        numbers = {key: _number(options, key) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
+        check_seconds(numbers.get("seconds", 20.0))
+        limits = {key: _number(options, key) for key in THRESHOLD_OPTIONS if key in options}
+        negative = [key for key, value in limits.items() if not value >= 0]
+        if negative:
+            raise BundleError(f"{', '.join(negative)} must be a number >= 0")
+        robust_mode = _flag(options, "robust")
+        if not robust_mode and set(options) & set(robust.OPTIONS) - {"robust"}:
+            raise BundleError(f"{sorted(set(options) & set(robust.OPTIONS) - {'robust'})} apply to the robust gate: "
+                              "add robust=true")
+        if robust_mode:
+            ranges = robust.ranges_from_options(options)
+            trials, seed = int(_number(options, "trials", robust.DEFAULT_TRIALS)), int(_number(options, "seed", 0))
+            min_pass_rate = _number(options, "min_pass_rate", robust.MIN_PASS_RATE)
+            if trials < 1 or seed < 0 or not 0.0 <= min_pass_rate <= 1.0:
+                raise BundleError(f"trials={trials} must be >= 1, seed={seed} >= 0, min_pass_rate={min_pass_rate} "
+                                  "in [0, 1]")
+        bundle = load_bundle(options["bundle"])
+    except ValueError as error:  # BundleError, or a number that is not one
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    if robust_mode:
+        result = robust.run(bundle, trials, seed, ranges, thresholds=Thresholds(**limits), min_pass_rate=min_pass_rate,
+                            on_trial=robust.print_trial, on_nominal=print_report, **numbers)
+        robust.print_report(result)
+        summary = result.summary()
+    else:
+        result = run(bundle, **numbers, thresholds=Thresholds(**limits))
+        print_report(result)
+        summary = {"passed": result.passed, "fell": any(s.fell for s in result.segments),
+                   "tracking_failures": sum(not f.startswith("fell") for s in result.segments for f in s.failures),
+                   "seconds_walked": round(result.seconds_walked, 2),
+                   "deploy_mismatches": len(result.deploy_mismatches)}
+    if "report" in options:
+        Path(options["report"]).write_text(json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False))
+    print(json.dumps(summary))
+    sys.exit(0 if result.passed else 1)
+
+
+def _number(options: dict[str, str], key: str, default: float | None = None) -> float:
+    if key not in options:
+        return default
+    try:
+        return float(options[key])
+    except ValueError:
+        raise BundleError(f"{key}={options[key]}: not a number") from None
+
+
+def _flag(options: dict[str, str], key: str) -> bool:
+    value = options.get(key, "false").lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise BundleError(f"{key}={options[key]}: give true or false")
+    return value in ("true", "1", "yes")

@@ -1,0 +1,92 @@
+"""One gate of a training run, in a process of its own: export a checkpoint, play the robust gate, write the verdict.
+
+The trainer (`fast_td3/training/gate_loop.py`) starts this on the CPU, niced and on one thread,
+so training does not wait for it and a GPU run spends no GPU time on it:
+
+    python -m sim2real.gate_job <checkpoint.pt> <result.json> trials=10 seconds=10 seed=0 \\
+        min_pass_rate=0.9 [push=off ...]
+
+The result file (written atomically) holds the summary the trainer logs (`gate/*` metrics) and
+the full robust report, draws included. Exit status: 0 a verdict was written (pass or fail),
+2 bad input or a checkpoint that could not be exported (the reason is in the result file too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def metrics_of(report) -> dict[str, float]:
+    """The `gate/*` metrics of a robust report: verdicts, pass rate and the nominal tracking errors."""
+    metrics = {"gate/passed": float(report.passed), "gate/nominal_passed": float(report.nominal.passed),
+               "gate/robust_pass_rate": report.robust_pass_rate if report.trials else float(report.nominal.passed),
+               "gate/seconds_walked": report.nominal.seconds_walked}
+    for segment in report.nominal.segments:
+        if segment.moving:
+            metrics[f"gate/{segment.name}/lin_vel_error"] = segment.lin_vel_error
+            metrics[f"gate/{segment.name}/yaw_rate_error"] = segment.yaw_rate_error
+    for key, value in report.tracking_errors().items():
+        metrics[f"gate/robust/{key}"] = value
+    return metrics
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    from fast_td3.training.metrics_log import json_safe
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]:
+    """Export `checkpoint` into a temporary bundle and play the robust gate on it."""
+    from sim2real import robust, sim2sim
+    from sim2real.export import export_bundle
+
+    ranges = robust.ranges_from_options(options)
+    trials, seconds = int(options.get("trials", 10)), float(options.get("seconds", 10.0))
+    seed, min_pass_rate = int(options.get("seed", 0)), float(options.get("min_pass_rate", robust.MIN_PASS_RATE))
+    started = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="gate-"))
+    try:
+        bundle = export_bundle(checkpoint, folder / "bundle")
+        report = robust.run(sim2sim.load_bundle(bundle), trials=trials, seed=seed, ranges=ranges, seconds=seconds,
+                            min_pass_rate=min_pass_rate)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started},
+            "summary": report.summary(), "report": report.to_dict()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    checkpoint, result = Path(argv[0]), Path(argv[1])
+    options = dict(token.partition("=")[::2] for token in argv[2:])
+    try:
+        os.nice(10)  # the trainer's cores come first
+    except OSError:
+        pass
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        record = gate_checkpoint(checkpoint, options)
+    except (ValueError, OSError, RuntimeError) as error:
+        _write(result, {"error": f"{type(error).__name__}: {error}"})
+        print(f"gate of {checkpoint}: {error}", file=sys.stderr)
+        return 2
+    eval_return = os.environ.get("FAST_TD3_GATE_EVAL_RETURN")
+    record["eval_return"] = float(eval_return) if eval_return else None
+    _write(result, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

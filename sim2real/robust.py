@@ -1,0 +1,193 @@
+"""The robust sim-to-sim gate: the nominal gate, then `trials` plays of the joystick sequence under
+perturbations a robot meets (pushes, floor friction, masses and payload, gain errors, action
+delay, encoder offsets, sensor noise, optionally another physics), drawn per trial from a seeded
+generator (`sim2real/perturbations.py`).
+
+A trial passes under the nominal gate's own thresholds (no fall, tracking within its limits).
+The robust gate passes when the deploy settings match, the nominal trial passes and at least
+`min_pass_rate` of the trials pass. The report names each failed trial's draw, and its JSON
+holds every draw, so `fast-td3-play <bundle> --trial K` replays any trial exactly.
+
+    fast-td3-sim2sim bundle=t1_flat robust=true trials=20 seed=0
+    fast-td3-sim2sim bundle=t1_flat robust=true push=off floor_friction=0.2,1.0 physics=implicitfast
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Callable
+
+from sim2real import perturbations, sim2sim
+from sim2real.perturbations import PerturbationRanges, TrialDraw
+
+MIN_PASS_RATE = 0.9
+"""Share of the perturbed trials that must pass: a robot meets these every day."""
+DEFAULT_TRIALS = 20
+RANGE_OPTIONS = tuple(f.name for f in fields(PerturbationRanges) if f.name not in ("physics", "obs_noise"))
+OPTIONS = ("robust", "trials", "seed", "min_pass_rate", "physics", "obs_noise", *RANGE_OPTIONS)
+"""`fast-td3-sim2sim` options of the robust mode."""
+
+
+@dataclass
+class TrialResult:
+    draw: TrialDraw
+    report: sim2sim.Sim2SimReport
+
+    @property
+    def passed(self) -> bool:
+        return not any(s.failures for s in self.report.segments)
+
+    def failures(self) -> list[str]:
+        return [f"{s.name}: {f}" for s in self.report.segments for f in s.failures]
+
+    def to_dict(self) -> dict[str, Any]:
+        segments = [{"name": s.name, "fell_at": s.fell_at, "lin_vel_error": s.lin_vel_error,
+                     "yaw_rate_error": s.yaw_rate_error, "coverage": s.coverage, "failures": s.failures}
+                    for s in self.report.segments]
+        return {"trial": self.draw.trial, "passed": self.passed, "seconds_walked": self.report.seconds_walked,
+                "failures": self.failures(), "segments": segments, "draw": asdict(self.draw)}
+
+
+@dataclass
+class RobustReport:
+    bundle: str
+    nominal: sim2sim.Sim2SimReport
+    seed: int
+    ranges: PerturbationRanges
+    min_pass_rate: float = MIN_PASS_RATE
+    seconds: float = 20.0
+    """Per joystick segment."""
+    trials: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def robust_pass_rate(self) -> float:
+        return sum(t.passed for t in self.trials) / len(self.trials) if self.trials else float("nan")
+
+    @property
+    def passed(self) -> bool:
+        return self.nominal.passed and self.robust_pass_rate >= self.min_pass_rate
+
+    def tracking_errors(self) -> dict[str, float]:
+        """Mean over the trials of each moving segment's errors (NaN where every trial fell before it)."""
+        errors: dict[str, list[float]] = {}
+        for trial in self.trials:
+            for s in trial.report.segments:
+                if s.moving and not s.fell:
+                    errors.setdefault(f"{s.name}/lin_vel_error", []).append(s.lin_vel_error)
+                    errors.setdefault(f"{s.name}/yaw_rate_error", []).append(s.yaw_rate_error)
+        return {k: sum(v) / len(v) for k, v in errors.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "robust", "bundle": self.bundle, "passed": self.passed,
+                "robust_pass_rate": self.robust_pass_rate, "min_pass_rate": self.min_pass_rate, "seed": self.seed,
+                "seconds": self.seconds,
+                "ranges": self.ranges.to_dict(), "nominal": self.nominal.to_dict(),
+                "trials": [t.to_dict() for t in self.trials]}
+
+    def summary(self) -> dict[str, Any]:
+        """The last line `fast-td3-sim2sim` prints, and what the gate in the loop logs."""
+        return {"passed": self.passed, "nominal_passed": self.nominal.passed,
+                "robust_pass_rate": round(self.robust_pass_rate, 4), "trials": len(self.trials),
+                "failed_trials": [t.draw.trial for t in self.trials if not t.passed],
+                "deploy_mismatches": len(self.nominal.deploy_mismatches)}
+
+
+def sequence_seconds(seconds: float) -> float:
+    return seconds * len(sim2sim.SEGMENTS)
+
+
+def num_links(bundle: sim2sim.Bundle) -> int:
+    from envs.playground.t1_lowdim import scene_model
+
+    return scene_model(terrain_of(bundle)).nbody - 1
+
+
+def terrain_of(bundle: sim2sim.Bundle) -> str:
+    return "rough" if "Rough" in bundle.deploy.get("source_task", "") else "flat"
+
+
+def draw(bundle: sim2sim.Bundle, ranges: PerturbationRanges, seed: int, trial: int, seconds: float) -> TrialDraw:
+    """Trial `trial`'s perturbations for this bundle's robot and a sequence of `seconds` per segment."""
+    return perturbations.draw_trial(ranges, seed, trial, num_links(bundle), sequence_seconds(seconds))
+
+
+def run(bundle: sim2sim.Bundle, trials: int = DEFAULT_TRIALS, seed: int = 0,
+        ranges: PerturbationRanges | None = None, seconds: float = 20.0,
+        thresholds: sim2sim.Thresholds | None = None, min_pass_rate: float = MIN_PASS_RATE, policy=None,
+        on_trial: Callable[[TrialResult], None] | None = None,
+        on_nominal: Callable[[sim2sim.Sim2SimReport], None] | None = None) -> RobustReport:
+    """The nominal gate, then `trials` perturbed plays of the same sequence."""
+    ranges = ranges or PerturbationRanges()
+    ranges.check()
+    nominal = sim2sim.run(bundle, seconds=seconds, thresholds=thresholds, policy=policy)
+    if on_nominal is not None:
+        on_nominal(nominal)
+    report = RobustReport(str(bundle.folder), nominal, seed, ranges, min_pass_rate, seconds)
+    links = num_links(bundle)
+    for k in range(trials):
+        trial_draw = perturbations.draw_trial(ranges, seed, k, links, sequence_seconds(seconds))
+        result = TrialResult(trial_draw, sim2sim.run(bundle, seconds=seconds, thresholds=thresholds, policy=policy,
+                                                     draw=trial_draw))
+        report.trials.append(result)
+        if on_trial is not None:
+            on_trial(result)
+    return report
+
+
+def print_trial(result: TrialResult) -> None:
+    verdict = "ok  " if result.passed else "FAIL"
+    print(f"  trial {result.draw.trial:>3} {verdict} {result.report.seconds_walked:5.1f} s on its feet"
+          + ("" if result.passed else f"  [{'; '.join(result.failures())}]"), flush=True)
+
+
+def print_report(report: RobustReport) -> None:
+    rate, needed = report.robust_pass_rate, report.min_pass_rate
+    passed = sum(t.passed for t in report.trials)
+    print(f"robust sim-to-sim of {report.bundle}: {passed}/{len(report.trials)} perturbed trials passed "
+          f"({rate:.0%}; at least {needed:.0%} needed), seed {report.seed}")
+    for trial in report.trials:
+        if not trial.passed:
+            print(f"  failed {trial.draw.summary()}")
+            print(f"         {'; '.join(trial.failures())}")
+    print(f"  nominal: {'PASS' if report.nominal.passed else 'FAIL'}; robust: "
+          f"{'PASS' if report.passed else 'FAIL'}")
+
+
+def _range(key: str, text: str, integer: bool = False) -> tuple[float, float] | None:
+    if text.lower() in ("off", "none", "false"):
+        return None
+    parts = text.split(",")
+    try:
+        values = tuple(int(p) if integer else float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 2:
+        example = "0,1" if integer else "0.3,1.0"
+        raise sim2sim.BundleError(f"{key}={text}: give a range LOW,HIGH (e.g. {key}={example}) or {key}=off")
+    return values
+
+
+def ranges_from_options(options: dict[str, str]) -> PerturbationRanges:
+    """PerturbationRanges from `key=value` options: `<kind>=LOW,HIGH` or `<kind>=off`, `obs_noise=LEVEL|off`,
+    `physics=<variant>`; kinds not named keep their defaults."""
+    changes: dict[str, Any] = {}
+    for key in RANGE_OPTIONS:
+        if key in options:
+            value = _range(key, options[key], integer=key == "action_delay")
+            if value is None and key == "push_interval":
+                raise sim2sim.BundleError("push_interval cannot be off; switch pushes off with push=off")
+            changes[key] = value
+    if "obs_noise" in options:
+        text = options["obs_noise"]
+        try:
+            changes["obs_noise"] = None if text.lower() in ("off", "none", "false") else float(text)
+        except ValueError:
+            raise sim2sim.BundleError(f"obs_noise={text}: give a level (1 = the training env's noise) or off") from None
+    if "physics" in options:
+        changes["physics"] = options["physics"]
+    ranges = replace(PerturbationRanges(), **changes)
+    try:
+        ranges.check()
+    except ValueError as error:
+        raise sim2sim.BundleError(str(error)) from None
+    return ranges

@@ -1,0 +1,282 @@
+"""The robust sim-to-sim gate (sim2real/perturbations.py, robust.py) and the gate while training
+(fast_td3/training/gate_loop.py): known answers for each perturbation, reproducible draws and
+verdicts, a standing policy failing, the gate's metrics and best.pt in a real run, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("mujoco_playground", reason="the T1 model comes with the playground extra")
+pytest.importorskip("envpool_assets", reason="the T1 model comes with the playground extra")
+
+import torch  # noqa: E402
+
+from fast_td3.training import checkpoint as ckpt  # noqa: E402
+from fast_td3.training.config import ConfigError, EnvConfig, GateConfig, TrainConfig  # noqa: E402
+from fast_td3.training.gate_loop import GateLoop, GateVerdict  # noqa: E402
+from sim2real import perturbations, robust, sim2sim, t1, watch  # noqa: E402
+from sim2real.mujoco_robot import T1Robot  # noqa: E402
+from sim2real.perturbations import NOMINAL, PerturbationRanges, TrialDraw  # noqa: E402
+
+BIN = Path(sys.executable).parent
+SHIPPED = sim2sim.PRETRAINED / "t1_flat"
+
+
+@pytest.fixture(scope="module")
+def bundle() -> sim2sim.Bundle:
+    return sim2sim.load_bundle(SHIPPED)
+
+
+def _standing(obs: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(obs.shape[0], t1.NUM_LEG_JOINTS)
+
+
+# ------------------------------------------------------------------ draws and their known answers
+def test_every_draw_lies_in_its_range_and_reaches_the_model():
+    ranges = PerturbationRanges()
+    nominal = T1Robot(t1.T1Control())
+    links = nominal.model.nbody - 1
+    for trial in range(5):
+        draw = perturbations.draw_trial(ranges, seed=7, trial=trial, num_links=links, duration=80.0)
+        assert 0.3 <= draw.floor_friction <= 1.0 and -1.0 <= draw.payload <= 3.0
+        assert all(0.9 <= s <= 1.2 for s in draw.link_mass) and len(draw.link_mass) == links
+        assert all(0.9 <= s <= 1.1 for s in draw.kp + draw.kd) and len(draw.kp) == t1.NUM_JOINTS
+        assert all(abs(o) <= 0.02 for o in draw.joint_offset) and draw.action_delay in (0, 1)
+        times = [p["time"] for p in draw.pushes]
+        assert all(5.0 <= b - a <= 10.0 for a, b in zip([0.0] + times, times)) and times[-1] < 80.0
+        assert all(0.1 <= p["speed"] <= 1.0 and np.hypot(p["vx"], p["vy"]) == pytest.approx(p["speed"])
+                   for p in draw.pushes)
+        robot = T1Robot(t1.T1Control(), draw=draw)
+        model, floor = robot.model, robot.model.geom("floor").id
+        assert model.geom_friction[floor, 0] == pytest.approx(draw.floor_friction)
+        expected_mass = nominal.model.body_mass[1:] * np.asarray(draw.link_mass)
+        expected_mass[0] += draw.payload  # body 1 is the trunk, the floating base
+        np.testing.assert_allclose(model.body_mass[1:], expected_mass)
+        kp = np.asarray(t1.STIFFNESS) * np.asarray(draw.kp)
+        np.testing.assert_allclose(model.actuator_gainprm[:, 0], kp)
+        np.testing.assert_allclose(model.actuator_biasprm[:, 2], -np.asarray(t1.DAMPING) * np.asarray(draw.kd))
+        legs = list(t1.LEG_SDK_INDICES)
+        np.testing.assert_allclose(model.actuator_biasprm[legs, 0], -kp[legs] * np.asarray(draw.joint_offset))
+        np.testing.assert_allclose(robot.encoder_offsets[legs], draw.joint_offset)
+
+
+def test_a_one_step_delay_applies_each_action_one_policy_step_late():
+    rng = np.random.default_rng(0)
+    actions = [rng.uniform(-0.3, 0.3, t1.NUM_LEG_JOINTS).astype(np.float32) for _ in range(4)]
+    delayed = T1Robot(t1.T1Control(), draw=TrialDraw(trial=0, seed=0, action_delay=1))
+    on_time = T1Robot(t1.T1Control(), draw=TrialDraw(trial=0, seed=0, action_delay=0))
+    for action in actions:
+        delayed.act(action)
+    for action in [np.zeros(t1.NUM_LEG_JOINTS, np.float32)] + actions[:-1]:  # what the delay hands the PD loop
+        on_time.act(action)
+    np.testing.assert_array_equal(delayed.data.ctrl, on_time.data.ctrl)
+    np.testing.assert_array_equal(delayed.data.qpos, on_time.data.qpos)
+    undelayed = T1Robot(t1.T1Control())
+    for action in actions:
+        undelayed.act(action)
+    assert np.abs(undelayed.data.ctrl - delayed.data.ctrl).max() > 1e-3  # the delay is not a no-op
+
+
+def test_a_push_changes_the_base_velocity_by_the_drawn_amount():
+    push = {"time": 0.1, "vx": 0.6, "vy": -0.3, "speed": float(np.hypot(0.6, -0.3))}
+    robot = T1Robot(t1.T1Control(), draw=TrialDraw(trial=0, seed=0, pushes=[push]))
+    robot.act(np.zeros(t1.NUM_LEG_JOINTS, np.float32))
+    assert robot.push_if_due(0.08) is None  # not yet
+    before = robot.data.qvel.copy()
+    assert robot.push_if_due(0.1) == push
+    np.testing.assert_allclose(robot.data.qvel[:2] - before[:2], [0.6, -0.3], atol=1e-12)
+    np.testing.assert_array_equal(robot.data.qvel[2:], before[2:])
+    assert robot.push_if_due(10.0) is None and robot.pushes_done == [push]  # each push once
+
+
+def test_sensor_noise_is_the_training_envs_and_reproducible():
+    draw = TrialDraw(trial=2, seed=5, obs_noise=1.0)
+    args = (np.zeros(3), np.zeros(1), np.zeros(t1.NUM_LEG_JOINTS, np.float32))
+    clean = T1Robot(t1.T1Control()).observation(*args)
+    first, second = (T1Robot(t1.T1Control(), draw=draw).observation(*args) for _ in range(2))
+    np.testing.assert_array_equal(first, second)
+    slices = t1.observation_slices()
+    gravity_noise = np.abs(first[slices["projected_gravity"]] - clean[slices["projected_gravity"]])
+    assert 0 < gravity_noise.max() <= perturbations.OBSERVATION_NOISE_SCALES["gravity"]
+    joint_noise = np.abs(first[slices["leg_joint_vel"]] - clean[slices["leg_joint_vel"]])  # scaled by 0.1
+    assert 0 < joint_noise.max() <= 0.1 * perturbations.OBSERVATION_NOISE_SCALES["joint_vel"] + 1e-6
+
+
+def test_each_kind_draws_from_its_own_stream():
+    full = perturbations.draw_trial(PerturbationRanges(), 3, 1, 24, 40.0)
+    no_push = perturbations.draw_trial(PerturbationRanges(push=None, floor_friction=(0.5, 0.6)), 3, 1, 24, 40.0)
+    assert no_push.pushes == [] and 0.5 <= no_push.floor_friction <= 0.6
+    assert (no_push.kp, no_push.link_mass, no_push.payload) == (full.kp, full.link_mass, full.payload)
+    assert perturbations.draw_trial(PerturbationRanges(), 4, 1, 24, 40.0).kp != full.kp
+
+
+def test_a_trial_under_no_perturbation_is_the_nominal_gate(bundle):
+    nominal = sim2sim.run(bundle, seconds=4.0)
+    draw = perturbations.draw_trial(NOMINAL, 0, 0, 24, 16.0)
+    unperturbed = sim2sim.run(bundle, seconds=4.0, draw=draw)
+    assert asdict(unperturbed) == asdict(nominal)
+
+
+# ------------------------------------------------------------------ the verdict
+def test_same_seed_same_draws_and_verdict(bundle):
+    first = robust.run(bundle, trials=2, seed=11, seconds=4.0)
+    again = robust.run(bundle, trials=2, seed=11, seconds=4.0)
+    assert json.dumps(first.to_dict(), default=str) == json.dumps(again.to_dict(), default=str)
+    other = robust.run(bundle, trials=2, seed=12, seconds=4.0)
+    assert [t.draw.kp for t in other.trials] != [t.draw.kp for t in first.trials]
+
+
+def test_a_standing_policy_fails_the_robust_gate(bundle):
+    report = robust.run(bundle, trials=2, seed=0, seconds=4.0, policy=_standing)
+    assert not report.passed and not report.nominal.passed and report.robust_pass_rate == 0.0
+    assert all(t.failures() for t in report.trials)
+
+
+def test_the_pass_rate_decides_and_the_report_names_failed_draws(bundle, capsys):
+    report = robust.run(bundle, trials=2, seed=0, seconds=4.0, ranges=NOMINAL)  # trials that replay the nominal
+    assert report.nominal.passed and report.robust_pass_rate == 1.0 and report.passed
+    report.min_pass_rate = 1.0
+    report.trials[1].report.segments[1].failures.append("planar velocity error 0.3 m/s > 0.2")
+    assert report.robust_pass_rate == 0.5 and not report.passed
+    robust.print_report(report)
+    printed = capsys.readouterr().out
+    assert "failed trial 1, delay 0" in printed and "1/2 perturbed trials passed" in printed
+    record = report.to_dict()
+    assert record["robust_pass_rate"] == 0.5 and record["trials"][1]["draw"]["kp"] == report.trials[1].draw.kp
+
+
+def test_the_cli_writes_the_robust_report_and_play_replays_a_trial(tmp_path):
+    out = tmp_path / "robust.json"
+    run = subprocess.run([str(BIN / "fast-td3-sim2sim"), "bundle=t1_flat", "robust=true", "trials=2", "seconds=4",
+                          "seed=3", "push=0.2,0.3", "push_interval=3,4", "physics=implicitfast",
+                          f"report={out}"], capture_output=True, text=True, timeout=300)
+    assert run.returncode in (0, 1), run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    record = json.loads(out.read_text())
+    assert summary["robust_pass_rate"] == record["robust_pass_rate"] and summary["trials"] == 2
+    draw = record["trials"][1]["draw"]
+    assert draw["physics"] == "implicitfast" and all(0.2 <= p["speed"] <= 0.3 for p in draw["pushes"])
+    assert record["ranges"]["push_interval"] == [3.0, 4.0] and len(draw["pushes"]) >= 3
+    # replaying trial 1 from the report plays what the gate played
+    bundle = sim2sim.load_bundle("t1_flat")
+    replay_draw, seconds = watch.trial_draw(bundle, 1, 0, 10.0, gate_report=out)
+    assert seconds == 4.0 and asdict(replay_draw) == draw
+    replay = sim2sim.run(bundle, seconds=seconds, draw=replay_draw)
+    assert replay.seconds_walked == pytest.approx(record["trials"][1]["seconds_walked"])
+    assert [f for s in replay.segments for f in s.failures] == [f for s in record["trials"][1]["segments"]
+                                                                 for f in s["failures"]]
+
+
+def test_captions_name_the_draw_and_each_push(tmp_path):
+    draw = TrialDraw(trial=4, seed=0, floor_friction=0.5, pushes=[{"time": 6.5, "vx": 0.3, "vy": 0.4, "speed": 0.5}])
+    watch.write_captions(tmp_path / "v.srt", draw, 20.0)
+    text = (tmp_path / "v.srt").read_text()
+    assert "00:00:00,000 --> 00:00:20,000\ntrial 4, friction 0.50" in text
+    assert "00:00:06,500 --> 00:00:07,500\nPUSH 0.50 m/s" in text
+
+
+# ------------------------------------------------------------------ bad input (one line, exit 2)
+def _bad_bundle(tmp_path: Path, edit) -> Path:
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    for name in ("policy.pt", "meta.json", "T1.yaml"):
+        (folder / name).write_bytes((SHIPPED / name).read_bytes())
+    deploy_yaml = yaml.safe_load((folder / "T1.yaml").read_text())
+    edit(deploy_yaml)
+    (folder / "T1.yaml").write_text(yaml.safe_dump(deploy_yaml))
+    return folder
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "no such folder, nor a shipped bundle (shipped: t1_flat)"),
+    ("gain_text", "common.stiffness[2] (Left_Shoulder_Pitch) is 's', not a number"),
+    ("gain_count", "common.damping needs 23 numbers (one per joint, SDK order), has 22"),
+    ("settle", "seconds=2 leaves nothing to judge"),
+    ("range", "floor_friction=0.3: give a range LOW,HIGH"),
+    ("robust_only", "['trials'] apply to the robust gate: add robust=true"),
+])
+def test_bad_gate_input_is_one_line_and_exit_2(tmp_path, case, message):
+    args = {"missing": lambda: [f"bundle={tmp_path / 'nope'}"],
+            "gain_text": lambda: [f"bundle={_bad_bundle(tmp_path, lambda y: y['common']['stiffness'].__setitem__(2, 's'))}"],
+            "gain_count": lambda: [f"bundle={_bad_bundle(tmp_path, lambda y: y['common']['damping'].pop())}"],
+            "settle": lambda: ["bundle=t1_flat", "seconds=2"],
+            "range": lambda: ["bundle=t1_flat", "robust=true", "floor_friction=0.3"],
+            "robust_only": lambda: ["bundle=t1_flat", "trials=3"]}[case]()
+    run = subprocess.run([str(BIN / "fast-td3-sim2sim"), *args], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_gate_settings_are_checked_with_the_config():
+    t1_env = EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain")
+    TrainConfig(env=t1_env, gate=GateConfig(interval=100), best_by="gate")  # valid
+    for kwargs, message in (({"best_by": "gate"}, "best_by=gate needs the gate in the loop"),
+                            ({"best_by": "latest"}, "best_by must be one of"),
+                            ({"gate": GateConfig(interval=10, seconds=1.0)}, "gate.seconds must be > 2"),
+                            ({"gate": GateConfig(interval=10, min_pass_rate=1.5)}, "gate.min_pass_rate")):
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            TrainConfig(env=t1_env, **kwargs)
+    with pytest.raises(ConfigError, match="has none"):
+        TrainConfig(gate=GateConfig(interval=10))  # InvertedPendulum has no bundle to gate
+
+
+# ------------------------------------------------------------------ the gate while training
+def _verdict(step: int, rate: float, nominal: bool, eval_return: float) -> GateVerdict:
+    passed = nominal and rate >= 0.9
+    return GateVerdict(step, {"gate/passed": float(passed), "gate/nominal_passed": float(nominal),
+                              "gate/robust_pass_rate": rate}, eval_return=eval_return)
+
+
+def test_best_by_gate_keeps_the_best_ranked_checkpoint_and_counts_passes(tmp_path):
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain"),
+                      gate=GateConfig(interval=10, stop_after_passes=2), best_by="gate")
+    loop = GateLoop(cfg, tmp_path, ckpt.CheckpointManager(tmp_path), start_step=0, say=lambda line: None)
+    verdicts = [_verdict(10, 0.5, True, 40.0), _verdict(20, 0.8, False, 50.0), _verdict(30, 0.5, True, 45.0),
+                _verdict(40, 0.8, True, 30.0), _verdict(50, 0.95, True, 20.0), _verdict(60, 0.7, True, 60.0)]
+    expected_best = [10, 20, 20, 40, 50, 50]  # pass rate first, then the nominal pass, then eval return
+    satisfied = [False, False, False, False, False, False]
+    for verdict, best in zip(verdicts, expected_best):
+        (tmp_path / "gate" / f"step_{verdict.step:09d}.pt").write_bytes(f"state of {verdict.step}".encode())
+        loop.absorb(verdict)
+        assert (tmp_path / "checkpoints" / "best.pt").read_bytes() == f"state of {best}".encode()
+        satisfied[verdicts.index(verdict)] = loop.satisfied
+    assert sorted(p.name for p in (tmp_path / "gate").glob("*.pt")) == ["step_000000050.pt"]  # only the best kept
+    assert satisfied == [False] * 6 and loop.passes_in_a_row == 0  # one pass (step 50) then a fail
+    for step, rate in ((70, 1.0), (80, 0.9)):
+        (tmp_path / "gate" / f"step_{step:09d}.pt").write_bytes(f"state of {step}".encode())
+        loop.absorb(_verdict(step, rate, True, 1.0))
+    assert loop.satisfied and loop.best.step == 70
+
+
+def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path):
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, FAST_TD3_THREADS="1")
+    train = subprocess.run(
+        [str(BIN / "fast-td3-train"), "task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1", "total_steps=30",
+         "algo.learning_starts=5", "eval_interval=10", "save_interval=10", "gate.interval=10", "gate.trials=1",
+         "gate.seconds=3", "gate.perturbations.push=off", "env.num_envs=4", "algo.batch_size=64", "eval_episodes=2",
+         "env.max_episode_steps=20", "algo.precision=fp32", f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
+    gated = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "gate/passed" in r]
+    steps = sorted(r["step"] for r in gated)  # a gate step that comes while one runs waits; a newer one replaces it
+    assert steps in ([10, 20, 30], [10, 30]) and (steps == [10, 20, 30] or "Gate at step 20 skipped" in train.stdout)
+    assert all({"gate/robust_pass_rate", "gate/nominal_passed", "gate/seconds_walked", "gate/wall_s"} <= set(r)
+               for r in gated)
+    verdicts = {step: json.loads((run_dir / "gate" / f"step_{step:09d}.json").read_text()) for step in steps}
+    assert all(v["report"]["ranges"]["push"] is None and len(v["report"]["trials"]) == 1 for v in verdicts.values())
+    ranked = max(verdicts, key=lambda s: (verdicts[s]["metrics"]["gate/robust_pass_rate"],
+                                          verdicts[s]["metrics"]["gate/nominal_passed"],
+                                          verdicts[s]["eval_return"], s))
+    best = ckpt.load(run_dir / "checkpoints" / "best.pt")
+    assert best["global_step"] == ranked
+    assert "Gate at step 30:" in train.stdout and f"best gate   step {ranked}" in train.stdout

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -175,7 +176,13 @@ def make(task: str, num_envs: int, seed: int = 0, device: Any = "cpu", **options
 
         raise EnvOptionError(f"{task} has no named reward terms; gymnasium tasks take reward weights as "
                              "env.options.env_kwargs (e.g. env.options.env_kwargs.ctrl_cost_weight=0.2)")
-    if options.get("env_kwargs"):
+    env_kwargs = options.get("env_kwargs")
+    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+        from envs.registry import EnvOptionError
+
+        raise EnvOptionError(f"env.options.env_kwargs={env_kwargs!r}: env_kwargs takes keyword=value entries, "
+                             "e.g. env.options.env_kwargs.ctrl_cost_weight=0")
+    if env_kwargs:
         check_env_kwargs(task, options["env_kwargs"], options.get("package"), options.get("env_factory"), seed)
     return GymnasiumVecEnv(task, num_envs, seed=seed, device=device, **options)
 

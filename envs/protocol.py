@@ -182,4 +182,6 @@ def derive_env_seeds(seed: int, num_envs: int) -> list[int]:
     so env `i` of a run with seed `s` always starts from the same state."""
     import numpy as np
 
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     return [int(s) for s in np.random.SeedSequence(seed).generate_state(num_envs)]

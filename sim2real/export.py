@@ -227,8 +227,7 @@ def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
         for name, data in files.items():
             atomic_write_bytes(tmp / name, lambda f, data=data: f.write(data))
         if out.is_dir() and any(out.iterdir()):
-            if not force:  # checked before anything was built; someone wrote there since
-                raise FileExistsError(f"{out} exists and is not empty (force=true replaces it)")
+            _check_out(out, force)  # checked before anything was built; someone may have written there since
             out.rename(old)
             set_aside = True
         try:
@@ -245,11 +244,38 @@ def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+BUNDLE_FILES = (POLICY_PT, POLICY_ONNX, META_JSON, T1_YAML)
+
+
+def is_bundle(folder: Path) -> bool:
+    """Whether `folder` is a bundle this exporter wrote: a real folder holding only bundle files,
+    with policy.pt and a meta.json of the bundle format (what `force=true` may replace)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    names = {p.name for p in folder.iterdir()}
+    if not names <= set(BUNDLE_FILES) or not {POLICY_PT, META_JSON} <= names:
+        return False
+    if any((folder / name).is_symlink() or not (folder / name).is_file() for name in names):
+        return False
+    try:
+        return json.loads((folder / META_JSON).read_text()).get("format") == BUNDLE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_out(out: Path, force: bool) -> None:
+    """FileExistsError unless `out` is free: missing, an empty folder, or (force) a bundle of ours."""
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"{out} exists and is not empty (force=true replaces it)")
+        raise FileExistsError(f"{out} exists and is not a folder; choose another out=")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not is_bundle(out):
+        names = sorted(p.name for p in out.iterdir())
+        listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise FileExistsError(f"{out} is not empty and not a bundle written by fast-td3-export (it holds {listed}); "
+                              "force=true replaces only a bundle, so nothing was touched: choose another out=")
+    if not force:
+        raise FileExistsError(f"{out} is not empty: it holds a bundle, which force=true replaces; or choose another out=")
 
 
 def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False,
@@ -323,11 +349,11 @@ Export a checkpoint's policy as a deployment bundle (policy.pt, policy.onnx, met
 T1.yaml for T1 tasks).
 
   checkpoint  a run folder or a checkpoint file
-  out         the bundle folder to create (a non-empty one is refused unless force=true)
+  out         the bundle folder to create (a non-empty one is refused; force=true replaces a bundle)
   use         from a run folder: best (checkpoints/best.pt, the best evaluation during training) or latest
               (the newest step_<N>.pt); default: best when the run has one, else latest
   device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
-  force       true: replace an existing bundle folder
+  force       true: replace a bundle folder this command wrote before (any other folder is refused)
 """
 _KEYS = ("checkpoint", "out", "use", "device", "force")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

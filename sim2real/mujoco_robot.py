@@ -24,14 +24,17 @@ class T1Robot:
         control: the gains, default pose, action scale and rates the robot runs.
         terrain: "flat" or "rough" (the training scene).
         draw: one trial's perturbations (`sim2real.perturbations.draw_trial`); None: nominal.
+        model: a model already built for `control` to run on (nominal only), instead of building one.
     """
 
     def __init__(self, control: t1.T1Control, terrain: str = "flat",
-                 draw: perturbations.TrialDraw | None = None) -> None:
+                 draw: perturbations.TrialDraw | None = None, model: mujoco.MjModel | None = None) -> None:
         from envs.playground.t1_lowdim import build_mj_model, initial_qpos
 
+        if model is not None and draw is not None:
+            raise ValueError("a perturbed trial changes its model: build it (model=None)")
         self.control = control
-        self.model = build_mj_model(terrain, control)
+        self.model = model if model is not None else build_mj_model(terrain, control)
         self.data = mujoco.MjData(self.model)
         self.default_pose = np.asarray(control.default_pose)
         self.draw = draw

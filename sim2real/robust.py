@@ -24,7 +24,9 @@ MIN_PASS_RATE = 0.9
 """Share of the perturbed trials that must pass: a robot meets these every day."""
 DEFAULT_TRIALS = 20
 RANGE_OPTIONS = tuple(f.name for f in fields(PerturbationRanges) if f.name not in ("physics", "obs_noise"))
-OPTIONS = ("robust", "trials", "seed", "min_pass_rate", "physics", "obs_noise", *RANGE_OPTIONS)
+PERTURBATION_OPTIONS = (*RANGE_OPTIONS, "obs_noise", "physics")
+"""The options that change the perturbations (`gate.perturbations.<option>` in a training run)."""
+OPTIONS = ("robust", "trials", "seed", "min_pass_rate", *PERTURBATION_OPTIONS)
 """`fast-td3-sim2sim` options of the robust mode."""
 
 

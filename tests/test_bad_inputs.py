@@ -107,6 +107,26 @@ FAST = [
     (["resume=nowhere"], "resume=nowhere: no such run folder or checkpoint file"),
     (["-m", "total_steps=5,abc"], "total_steps=abc: total_steps takes an integer"),  # every value of a sweep
     (["-m", "seed=1,2", "algo.gamma=0.9,2"], "gamma must be in [0, 1], got 2.0"),
+    # values that failed only once training started, each with a traceback (issue 34)
+    (["algo.buffer_size=2", "algo.learning_starts=1", "algo.n_step=3"], "algo.buffer_size (2) must be >= algo.n_step (3)"),
+    (["seed=-1"], "seed=-1: seed must be an integer from 0 to 18446744073709551615"),
+    (["seed=1180591620717411303424"], "seed=1180591620717411303424: seed must be an integer from 0 to"),
+    (["env.options.env_kwargs=5"], "env.options.env_kwargs=5: env_kwargs takes keyword=value entries"),
+    # keys that would do nothing in this run
+    (["algo=fast_sac", "algo.fast_td3.std_min=0.1"],
+     "algo.fast_td3.std_min=0.1 has no effect: it is a setting of fast_td3, and this run trains fast_sac"),
+    (["algo.fast_sac.alpha_init=0.1"], "it is a setting of fast_sac, and this run trains fast_td3"),
+    (["-m", "seed=1,2", "algo=fast_sac", "algo.fast_td3.std_min=0.1"], "it is a setting of fast_td3"),
+    (["algo.critic_lr_end=1e-5"], "algo.critic_lr_end=1e-5 has no effect: it shapes the cosine schedule"),
+    (["algo.compile=false", "algo.compile_mode=default"], "the update is not compiled (algo.compile=false)"),
+    (["algo.obs_normalization=false", "algo.normalizer_eps=0.1"], "observations are not normalised"),
+    (["algo=fast_sac", "algo.fast_sac.learn_alpha=false", "algo.fast_sac.alpha_lr=0.1"], "the temperature is not learnt"),
+    (["logger.wandb_project=mine"], "logger.wandb_project=mine has no effect: wandb is off"),
+    (["out_dir=elsewhere", "hydra.run.dir=run"], "out_dir=elsewhere has no effect: hydra.run.dir names the run folder"),
+    (["resolved.precision=bf16"], "resolved.precision=bf16 has no effect: the trainer writes resolved.*"),
+    (["distributed.batch=split"], "it applies to runs launched with torchrun"),
+    (["-m", "seed=1,2", "hydra.run.dir=here"], "hydra.run.dir=here has no effect in a sweep (-m)"),
+    (["--config-dir", "nowhere", "preset=mine"], "--config-dir nowhere: no such folder"),
 ]
 
 
@@ -256,9 +276,23 @@ def test_a_refused_resume_changes_nothing(run_copy, no_heavy):
     _refused_resume(run_copy, ["seed=5"], "cannot change the task, config groups or seed")
     _refused_resume(run_copy, ["total_steps=abc"], "total_steps takes an integer", env=no_heavy)
     _refused_resume(run_copy, ["keep_checkpoints=0"], "keep_checkpoints must be >= 1")
+    _refused_resume(run_copy, ["out_dir=elsewhere"], "out_dir=elsewhere has no effect: a resumed run stays")
+    _refused_resume(run_copy, ["hydra.run.dir=elsewhere"], "hydra.run.dir cannot go with resume=")
+    assert not (run_copy.parent / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("env:\n  task: [InvertedPendulum-v5\n", "run/config.yaml is not a readable run config (while parsing"),
+    ("- a list\n", "run/config.yaml is not a readable run config (it holds no key: value mapping)"),
+    ("total_steps: many\n", "run/config.yaml does not fit fast-td3's config"),
+])
+def test_a_resume_of_a_damaged_config_yaml_says_so_in_one_line(run_copy, text, says):
+    (run_copy / "config.yaml").write_text(text)
+    _refused_resume(run_copy, [], says)
 
 
 def test_a_run_folder_is_never_trained_into_again(run_copy):
+    """More cases (no checkpoints, a checkpoints/ symlink loop, other files): test_run_folders.py."""
     before = snapshot(run_copy)
     result = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], run_copy.parent)
     assert_user_error(result, "already holds a run; continue it with resume=")
@@ -266,7 +300,8 @@ def test_a_run_folder_is_never_trained_into_again(run_copy):
 
 
 # ------------------------------------------------------------------ run folders
-def test_ctrl_c_before_the_first_checkpoint_leaves_a_reusable_folder(tmp_path):
+def test_ctrl_c_before_the_first_checkpoint_leaves_no_folder(tmp_path):
+    """Signals at other moments before training: test_run_folders.py."""
     interrupted = site_hook(tmp_path / "hook", "fast_td3.training.runner:Runner", """
 def _interrupted(self):
     raise KeyboardInterrupt
@@ -275,9 +310,8 @@ m.Runner.train = _interrupted
     result = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path, env=interrupted)
     assert result.returncode == 130, result.stderr
     assert "before the first checkpoint: nothing to resume" in result.stderr and "resume=" not in result.stderr
-    resumed = run([TRAIN, "resume=run"], tmp_path)
-    assert_user_error(resumed, "nothing to resume")
-    again = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)  # the folder is reusable
+    assert "hydra.run.dir" not in result.stderr and not (tmp_path / "run").exists()
+    again = run([TRAIN, *QUICK, "total_steps=5", "hydra.run.dir=run"], tmp_path)  # the name is free again
     assert again.returncode == 0, again.stderr
 
 
@@ -319,3 +353,18 @@ def test_run_folder_names_are_claimed_atomically(tmp_path):
     claimed = [claim_run_dir(tmp_path, stamp, 3) for _ in range(3)]
     assert [p.name for p in claimed] == [f"{stamp}_3", f"{stamp}_3-2", f"{stamp}_3-3"]
     assert all(p.is_dir() and not any(p.iterdir()) for p in claimed)
+
+
+def test_the_library_names_a_bad_seed_and_env_kwargs_too():
+    """The same mistakes reaching the adapters and seeding from code rather than the command line."""
+    from envs import gymnasium
+    from envs.protocol import derive_env_seeds
+    from envs.registry import EnvOptionError
+    from fast_td3.training.run_state import seed_everything
+
+    with pytest.raises(EnvOptionError, match="env.options.env_kwargs=5: env_kwargs takes keyword=value entries"):
+        gymnasium.make("InvertedPendulum-v5", 1, env_kwargs=5)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        derive_env_seeds(-1, 2)
+    with pytest.raises(ValueError, match=r"seed must be an integer from 0 to 2\*\*64 - 1"):
+        seed_everything(2**64)

@@ -164,7 +164,12 @@ def test_force_replaces_a_bundle_and_a_failed_export_leaves_the_old_one(run_dir,
     out = tmp_path / "bundle"
     out.mkdir()
     (out / "stale.txt").write_text("old")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError, match="not a bundle written by fast-td3-export"):
+        export_bundle(run_dir, out, force=True)  # force replaces only a bundle (more: test_run_folders.py)
+    (out / "stale.txt").unlink()
+    (out / "meta.json").write_text(json.dumps({"format": sim2real.export.BUNDLE_FORMAT}))  # an older bundle
+    (out / "policy.pt").write_bytes(b"old")
+    with pytest.raises(FileExistsError, match="holds a bundle, which force=true replaces"):
         export_bundle(run_dir, out)
     export_bundle(run_dir, out, force=True)
     assert sorted(p.name for p in out.iterdir()) == ["meta.json", "policy.onnx", "policy.pt"]

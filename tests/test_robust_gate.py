@@ -280,3 +280,19 @@ def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path)
     best = ckpt.load(run_dir / "checkpoints" / "best.pt")
     assert best["global_step"] == ranked
     assert "Gate at step 30:" in train.stdout and f"best gate   step {ranked}" in train.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["preset=cpu", "gate.trials=3"], "gate.trials=3 has no effect: the deploy gate is off"),
+    (["task=T1LowDimJoystickFlatTerrain", "gate.trials=0", "gate.perturbations.push=off"],
+     "gate.perturbations.push=off has no effect: the gate plays no perturbed trials"),
+    (["task=T1LowDimJoystickFlatTerrain", "gate.perturbations.pushes=off"],
+     "gate.perturbations.pushes is not a perturbation; known: push, push_interval"),
+    (["task=T1LowDimJoystickFlatTerrain", "gate.perturbations.kp='2,1'"], "gate.perturbations: kp: range [2.0, 1.0]"),
+    (["task=T1LowDimJoystickFlatTerrain", "gate=nope"], "Unknown gate option 'nope'"),
+])
+def test_bad_gate_settings_are_refused_before_a_run_folder_exists(tmp_path, args, message):
+    run = subprocess.run([str(BIN / "fast-td3-train"), *args], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder, nothing written

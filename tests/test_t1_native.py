@@ -41,13 +41,7 @@ def _reference_model():
 
 def _reference_robot() -> sim2sim.T1Robot:
     """A fresh robot (its solver starts cold, as an env's does after a reset) on a model built once."""
-    import mujoco
-
-    robot = object.__new__(sim2sim.T1Robot)
-    robot.control, robot.model = t1.T1Control(), _reference_model()
-    robot.data, robot.default_pose = mujoco.MjData(robot.model), np.asarray(t1.DEFAULT_POSE)
-    robot._local_linvel = sim2sim._sensor(robot.model, "local_linvel")
-    return robot
+    return sim2sim.T1Robot(t1.T1Control(), model=_reference_model())
 
 
 # ------------------------------------------------------------------ env contract

@@ -120,7 +120,7 @@ def cli(argv: list[str] | None = None) -> None:
                         help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
     parser.add_argument("--video", default=None, help="record env 0 to this .mp4/.gif instead of opening a viewer")
     parser.add_argument("--fps", type=int, default=None,
-                        help="video frame rate (default: the control rate for Isaac Lab and mjlab, else 30)")
+                        help="video frame rate (default: the control rate for Isaac Lab and mjlab, 20 for T1 bundles, else 30)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="T1 bundles: seconds per joystick segment (default 10)")
     parser.add_argument("--trial", type=int, default=None,

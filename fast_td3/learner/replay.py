@@ -15,6 +15,8 @@ stored and the full critic observation is rebuilt when sampling.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDict
 
@@ -32,6 +34,40 @@ from fast_td3.learner.batch import (  # noqa: F401  (the keys a transition carri
     TERMINATED,
     TRUNCATED,
 )
+
+def stored_critic_size(num_obs: int, num_critic_obs: int | None, critic_obs_extends_actor_obs: bool) -> int:
+    """Critic observation entries stored per slot (0: symmetric critic; the privileged tail only
+    when the critic observation extends the actor's)."""
+    if num_critic_obs is None:
+        return 0
+    return num_critic_obs - num_obs if critic_obs_extends_actor_obs else num_critic_obs
+
+
+def storage_layout(num_obs: int, num_actions: int, stored_critic: int,
+                   obs_dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Key -> (per-slot shape, dtype) of the storage."""
+    spec = {
+        OBS: ((num_obs,), obs_dtype),
+        NEXT_OBS: ((num_obs,), obs_dtype),
+        ACTIONS: ((num_actions,), torch.float32),
+        REWARDS: ((), torch.float32),
+        TERMINATED: ((), torch.bool),
+        TRUNCATED: ((), torch.bool),
+    }
+    if stored_critic:
+        spec[CRITIC_OBS] = ((stored_critic,), obs_dtype)
+        spec[NEXT_CRITIC_OBS] = ((stored_critic,), obs_dtype)
+    return spec
+
+
+def slot_bytes(num_obs: int, num_actions: int, num_critic_obs: int | None = None,
+               critic_obs_extends_actor_obs: bool = False, obs_dtype: torch.dtype = torch.float32) -> int:
+    """Bytes one env's transition takes in the storage: `num_envs * capacity_per_env` of them
+    is what `ReplayBuffer.memory_bytes` will report, known before anything is allocated."""
+    stored = stored_critic_size(num_obs, num_critic_obs, critic_obs_extends_actor_obs)
+    return sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+               for shape, dtype in storage_layout(num_obs, num_actions, stored, obs_dtype).values())
+
 
 class ReplayBuffer:
     """Circular per-env storage with uniform, env-balanced sampling and n-step returns.
@@ -87,18 +123,8 @@ class ReplayBuffer:
         sampling stays among them, so slots skipped by the NaN guard are never drawn."""
 
         shape = (num_envs, capacity_per_env)
-        spec = {
-            OBS: ((num_obs,), obs_dtype),
-            NEXT_OBS: ((num_obs,), obs_dtype),
-            ACTIONS: ((num_actions,), torch.float32),
-            REWARDS: ((), torch.float32),
-            TERMINATED: ((), torch.bool),
-            TRUNCATED: ((), torch.bool),
-        }
-        self._stored_critic = self._stored_critic_size()
-        if self._stored_critic:
-            spec[CRITIC_OBS] = ((self._stored_critic,), obs_dtype)
-            spec[NEXT_CRITIC_OBS] = ((self._stored_critic,), obs_dtype)
+        self._stored_critic = stored_critic_size(num_obs, num_critic_obs, critic_obs_extends_actor_obs)
+        spec = storage_layout(num_obs, num_actions, self._stored_critic, obs_dtype)
         self._storage = TensorDict(
             {k: torch.zeros(*shape, *s, dtype=d, device=self.device) for k, (s, d) in spec.items()},
             batch_size=shape,
@@ -107,13 +133,6 @@ class ReplayBuffer:
         # Offsets 0..n-1 of an n-step window, reused by every sample.
         self._offsets = torch.arange(n_step, device=self.device)
         self._discounts = gamma ** torch.arange(n_step + 1, device=self.device, dtype=torch.float32)
-
-    def _stored_critic_size(self) -> int:
-        if self.num_critic_obs is None:
-            return 0
-        if self.critic_tail_only:
-            return self.num_critic_obs - self.num_obs
-        return self.num_critic_obs
 
     # ------------------------------------------------------------------ state
     def __len__(self) -> int:

@@ -350,8 +350,8 @@ def find_checkpoint(path: str | Path) -> Path:
         latest = CheckpointManager(path).latest()
         if latest is None:
             raise FileNotFoundError(f"no checkpoint in {path / CHECKPOINT_DIR}: nothing to resume or load "
-                                    "(a run stopped before its first checkpoint; remove the folder or train into "
-                                    f"it again with hydra.run.dir={path})")
+                                    "(the run stopped before its first checkpoint, or its checkpoints were moved); "
+                                    "start a new run, which makes a folder of its own")
         return latest
     raise FileNotFoundError(f"{path} is neither a checkpoint file nor a run folder")
 

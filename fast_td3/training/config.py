@@ -105,7 +105,7 @@ class GateConfig:
     """Stop the run once this many gates in a row passed (0: never)."""
     perturbations: Dict[str, str] = field(default_factory=dict)
     """Changes to the perturbation ranges, as fast-td3-sim2sim's options: gate.perturbations.push=off,
-    gate.perturbations.floor_friction='0.2,1.0', gate.perturbations.physics=implicitfast."""
+    gate.perturbations.floor_friction="'0.2,1.0'" (quoted for Hydra), gate.perturbations.physics=implicitfast."""
 
 
 @dataclass

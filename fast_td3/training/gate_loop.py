@@ -66,14 +66,6 @@ def gate_options(cfg: TrainConfig) -> list[str]:
     return [f"{key}={value}" for key, value in options.items()]
 
 
-def check_perturbations(cfg: TrainConfig) -> None:
-    """Bad `gate.perturbations` fail now, not at the first gate (ValueError naming the key)."""
-    if cfg.gate.interval and cfg.gate.perturbations:
-        from sim2real.robust import ranges_from_options
-
-        ranges_from_options({str(k): str(v) for k, v in cfg.gate.perturbations.items()})
-
-
 class GateLoop:
     """Starts gates, collects their verdicts, keeps best.pt and counts passes in a row.
 

@@ -1,5 +1,6 @@
-"""What stops a run cleanly: SIGINT/SIGTERM after a whole global step, and the NaN guard that
-stops before a non-finite observation or reward reaches the normalisers or the replay buffer."""
+"""What stops a run cleanly: SIGINT/SIGTERM (and SIGUSR2, a scheduler's preemption warning) after
+a whole global step, and the NaN guard that stops before a non-finite observation or reward
+reaches the normalisers or the replay buffer."""
 
 from __future__ import annotations
 
@@ -20,18 +21,24 @@ class NonFiniteObservationError(RuntimeError):
 
 
 class TrainingStopped(Exception):
-    """SIGINT/SIGTERM stopped the run after a whole global step, with a checkpoint."""
+    """SIGINT/SIGTERM/SIGUSR2 stopped the run after a whole global step, with a checkpoint."""
 
     def __init__(self, step: int, checkpoint: Path, signum: int) -> None:
         super().__init__(f"Stopped at global step {step}; checkpoint saved to {checkpoint}")
         self.step, self.checkpoint, self.signum = step, checkpoint, signum
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR2") if hasattr(signal, name))
+"""Ctrl-C; a scheduler's stop; the warning SLURM sends before a time limit or preemption
+(`--signal=USR2@<seconds>`, as submitit asks; cluster.hand_back_preemption requeues)."""
+
+
 @contextmanager
 def stop_signals_set_flag(runner):
-    """While training, SIGINT and SIGTERM ask the runner to stop after the current global
-    step (so a checkpoint never holds half an update); a second SIGINT aborts at once.
-    The signal number is written into `runner.stop_requested`."""
+    """While training, SIGINT, SIGTERM and SIGUSR2 ask the runner to stop after the current
+    global step (so a checkpoint never holds half an update); a second SIGINT aborts at once.
+    The signal number is written into `runner.stop_requested`; the handlers found are put back
+    afterwards (under submitit, its own SIGUSR2 handler, which then requeues the job)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -43,7 +50,7 @@ def stop_signals_set_flag(runner):
             os.write(2, b"\nStopping after this global step with a checkpoint (Ctrl-C again to abort)...\n")
         runner.stop_requested = signum
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

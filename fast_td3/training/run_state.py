@@ -24,6 +24,9 @@ class CheckpointMismatchError(ValueError):
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch; ValueError naming the range for a seed torch cannot take."""
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer from 0 to 2**64 - 1, got {seed}")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -8,16 +8,19 @@
       fast-td3-eval runs/InvertedPendulum-v5/<run>    evaluate the best checkpoint (--use latest: the last one)
       ...
 
-Paths are written as the user would type them here (relative to the working folder).
+Paths are written as the user would type them here (relative to the working folder), and the
+commands quoted so that they work pasted into a shell (a path with spaces or accents included).
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import display_path
+from fast_td3.training.run_folder import shell_arg
 
 
 @dataclass
@@ -85,20 +88,23 @@ def summary(run: FinishedRun) -> str:
         lines.append(f"  best eval   {score} at global step {best['step']}, "
                      f"kept as {display_path(best['path'])}")
     which = "the best checkpoint (--use latest: the last one)" if best is not None else "the latest checkpoint"
+    run_arg = shlex.quote(run_path)
     commands = [
-        (f"fast-td3-eval {run_path}", f"evaluate {which}"),
-        (f"fast-td3-play {run_path}" if run.has_viewer else f"fast-td3-play {run_path} --video {run_path}/play.mp4",
+        (f"fast-td3-eval {run_arg}", f"evaluate {which}"),
+        (f"fast-td3-play {run_arg}" if run.has_viewer
+         else f"fast-td3-play {run_arg} --video {shlex.quote(run_path + '/play.mp4')}",
          "watch the policy" if run.has_viewer else "watch the policy (a video of env 0)"),
-        (f"fast-td3-report {display_path(run.sweep_dir) if run.sweep_dir else run_path}",
+        (f"fast-td3-report {shlex.quote(display_path(run.sweep_dir)) if run.sweep_dir else run_arg}",
          "compare the sweep's runs in one HTML page" if run.sweep_dir else "learning curves in one HTML page"),
     ]
     if is_t1(run.task):
-        commands.append((f"fast-td3-export checkpoint={run_path} out={run_path}/bundle",
+        commands.append((f"fast-td3-export {shlex.quote('checkpoint=' + run_path)} "
+                         f"{shlex.quote('out=' + run_path + '/bundle')}",
                          "the deployment bundle (policy.pt, policy.onnx, T1.yaml)"))
-    commands.append((f"fast-td3-train resume={run_path} total_steps={2 * run.total_steps}",
+    commands.append((f"fast-td3-train {shell_arg('resume', run_path)} total_steps={2 * run.total_steps}",
                      "train further (from the latest checkpoint)"))
     if run.tensorboard:
-        commands.append((f"tensorboard --logdir {run_path}", "the curves in TensorBoard"))
+        commands.append((f"tensorboard --logdir {run_arg}", "the curves in TensorBoard"))
     width = max(len(command) for command, _ in commands)
     lines += [f"Run folder: {run_path}", "Next:"]
     lines += [f"  {command:<{width}}  {what}" for command, what in commands]

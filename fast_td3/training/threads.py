@@ -3,7 +3,9 @@
 Several trainers on one machine (torchrun ranks, a joblib sweep's parallel runs)
 each start with torch's default of one thread per core, so N processes run N
 times as many threads as there are cores and spend the difference waiting on
-each other. Each process takes `cores // processes` threads instead.
+each other. Each process takes `cores // processes` threads instead. A job that a
+launcher or scheduler granted CPUs (SLURM's --cpus-per-task, Ray's num_cpus:
+training/cluster.py reads them) shares those, not the node's cores.
 `FAST_TD3_THREADS` sets the count explicitly.
 """
 
@@ -11,7 +13,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from fast_td3.training.cluster import Grant
 
 THREADS_ENV = "FAST_TD3_THREADS"
 
@@ -39,10 +44,11 @@ def joblib_parallel_jobs(n_jobs: int, cores: int) -> int:
 
 
 def thread_share(
-    cores: int, environ: Mapping[str, str] | None = None, sweep_jobs: int = 1
+    cores: int, environ: Mapping[str, str] | None = None, sweep_jobs: int = 1, granted: Grant | None = None
 ) -> ThreadShare:
-    """Threads for one process: $FAST_TD3_THREADS when set, else the cores divided over the
-    torchrun ranks on this node ($LOCAL_WORLD_SIZE) times the sweep runs in parallel."""
+    """Threads for one process: $FAST_TD3_THREADS when set, else the CPUs `granted` to this job
+    (then the job is alone on them: `sweep_jobs` is not counted), else the cores, divided over
+    the torchrun ranks on this node ($LOCAL_WORLD_SIZE) times the sweep runs in parallel."""
     environ = os.environ if environ is None else environ
     explicit = environ.get(THREADS_ENV)
     if explicit:
@@ -54,6 +60,11 @@ def thread_share(
             raise ValueError(f"{THREADS_ENV} must be a positive integer, got {explicit!r}")
         return ThreadShare(threads, f"{THREADS_ENV}")
     ranks = max(int(environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    if granted is not None:
+        if ranks == 1:
+            return ThreadShare(granted.cpus, f"{granted.cpus} CPUs granted by {granted.source}")
+        return ThreadShare(max(granted.cpus // ranks, 1),
+                           f"{granted.cpus} CPUs granted by {granted.source}, shared by {ranks} ranks")
     processes = ranks * max(sweep_jobs, 1)
     if processes == 1:
         return ThreadShare(cores, f"all {cores} cores")

@@ -202,8 +202,13 @@ def plot_learning_curves(runs: list[RunSummary], path: Path) -> None:
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=run.name)
-    for ax, title in zip(axes, ("eval return (deterministic, task reward)", "training episode return")):
-        ax.set_title(title)
+    _finish(plt, fig, axes, ("eval return (deterministic, task reward)", "training episode return"), path)
+
+
+def _finish(plt, fig, axes, titles, path: Path, fontsize: float | None = None) -> None:
+    """Titles, step axes, grid and the legend of a row of panels; the figure saved and closed."""
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=fontsize)
         ax.set_xlabel("global step")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="best")
@@ -234,14 +239,7 @@ def plot_gate(runs: list[RunSummary], path: Path) -> bool:
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker="o", markersize=3, label=run.name)
-    for ax, (_, title) in zip(axes, GATE_PLOTS):
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("global step")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _finish(plt, fig, axes, [title for _, title in GATE_PLOTS], path, fontsize=9)
     return True
 
 

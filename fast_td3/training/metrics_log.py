@@ -318,12 +318,7 @@ class MetricsLogger:
             self.console.eta.paused(seconds)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
-        record.update(json_safe(metrics))
-        self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
-        if self._tensorboard is not None:
-            for key, value in metrics.items():
-                self._tensorboard.add_scalar(key, value, step)
+        self._file(step, metrics)
         if self._wandb is not None:
             self._wandb.log(dict(metrics), step=step)
         if self.console is not None:
@@ -333,12 +328,7 @@ class MetricsLogger:
         """Metrics that describe an earlier global step `step` (a gate's verdict arrives later):
         metrics.jsonl and TensorBoard file them at `step`; wandb, whose steps only grow, logs
         them now with `step_key` = step as their x-axis."""
-        record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
-        record.update(json_safe(metrics))
-        self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
-        if self._tensorboard is not None:
-            for key, value in metrics.items():
-                self._tensorboard.add_scalar(key, value, step)
+        self._file(step, metrics)
         if self.console is not None:
             self.console.remember(metrics)
         if self._wandb is not None:
@@ -346,6 +336,15 @@ class MetricsLogger:
             self._wandb.define_metric(step_key)
             self._wandb.define_metric(f"{prefix}/*", step_metric=step_key)
             self._wandb.log(dict(metrics) | {step_key: step})
+
+    def _file(self, step: int, metrics: dict[str, float]) -> None:
+        """metrics.jsonl and TensorBoard, at global step `step`."""
+        record = {"step": step, "env_steps": step * self.num_envs, "time": round(time.time() - self._start_time, 3)}
+        record.update(json_safe(metrics))
+        self._jsonl.write(json.dumps(record, allow_nan=False) + "\n")
+        if self._tensorboard is not None:
+            for key, value in metrics.items():
+                self._tensorboard.add_scalar(key, value, step)
 
     def note(self, text: str) -> None:
         """A line on the console (above the progress bar on a terminal)."""

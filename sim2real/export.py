@@ -350,7 +350,7 @@ T1.yaml for T1 tasks).
 
   checkpoint  a run folder or a checkpoint file
   out         the bundle folder to create (a non-empty one is refused; force=true replaces a bundle)
-  use         from a run folder: best (checkpoints/best.pt, the best evaluation during training) or latest
+  use         from a run folder: best (checkpoints/best.pt: the best evaluation, or with best_by=gate the checkpoint that passed the gate best) or latest
               (the newest step_<N>.pt); default: best when the run has one, else latest
   device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
   force       true: replace a bundle folder this command wrote before (any other folder is refused)

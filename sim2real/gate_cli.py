@@ -57,8 +57,10 @@ def cli(argv: list[str] | None = None) -> None:
             if trials < 1 or seed < 0 or not 0.0 <= min_pass_rate <= 1.0:
                 raise BundleError(f"trials={trials} must be >= 1, seed={seed} >= 0, min_pass_rate={min_pass_rate} "
                                   "in [0, 1]")
+        if "report" in options and not Path(options["report"]).expanduser().absolute().parent.is_dir():
+            raise BundleError(f"report={options['report']}: its folder does not exist; create it or name another file")
         bundle = load_bundle(options["bundle"])
-    except ValueError as error:  # BundleError, or a number that is not one
+    except (ValueError, OverflowError) as error:  # BundleError, a number that is not one, trials=inf
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     if robust_mode:

@@ -37,6 +37,15 @@ def metrics_of(report) -> dict[str, float]:
     return metrics
 
 
+PARENT = os.getppid()
+"""The trainer that started this gate: when it is gone (killed), so is the reason to go on."""
+
+
+def _exit_if_orphaned(_trial=None) -> None:
+    if os.getppid() != PARENT:
+        sys.exit(3)
+
+
 def _write(path: Path, record: dict[str, Any]) -> None:
     from fast_td3.training.metrics_log import json_safe
 
@@ -58,7 +67,7 @@ def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]
     try:
         bundle = export_bundle(checkpoint, folder / "bundle")
         report = robust.run(sim2sim.load_bundle(bundle), trials=trials, seed=seed, ranges=ranges, seconds=seconds,
-                            min_pass_rate=min_pass_rate)
+                            min_pass_rate=min_pass_rate, on_trial=_exit_if_orphaned)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started},

@@ -67,7 +67,8 @@ class RobustReport:
 
     @property
     def passed(self) -> bool:
-        return self.nominal.passed and self.robust_pass_rate >= self.min_pass_rate
+        """The nominal trial passed and, when trials were played, enough of them did."""
+        return self.nominal.passed and (not self.trials or self.robust_pass_rate >= self.min_pass_rate)
 
     def tracking_errors(self) -> dict[str, float]:
         """Mean over the trials of each moving segment's errors (NaN where every trial fell before it)."""

@@ -42,6 +42,7 @@ def trial_draw(bundle: sim2sim.Bundle, trial: int, seed: int, seconds: float,
         return robust.draw(bundle, perturbations.PerturbationRanges(), seed, trial, seconds), seconds
     try:
         record = json.loads(Path(gate_report).read_text())
+        record = record.get("report", record)  # a training run's gate/step_<N>.json holds it under "report"
         trials = {t["trial"]: t["draw"] for t in record["trials"]}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"--gate-report {gate_report}: not a robust sim-to-sim report ({error}); write one with "

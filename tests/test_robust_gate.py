@@ -142,6 +142,7 @@ def test_a_standing_policy_fails_the_robust_gate(bundle):
 
 
 def test_the_pass_rate_decides_and_the_report_names_failed_draws(bundle, capsys):
+    assert robust.run(bundle, trials=0, seconds=4.0).passed  # no trials: the nominal gate decides
     report = robust.run(bundle, trials=2, seed=0, seconds=4.0, ranges=NOMINAL)  # trials that replay the nominal
     assert report.nominal.passed and report.robust_pass_rate == 1.0 and report.passed
     report.min_pass_rate = 1.0
@@ -203,6 +204,8 @@ def _bad_bundle(tmp_path: Path, edit) -> Path:
     ("settle", "seconds=2 leaves nothing to judge"),
     ("range", "floor_friction=0.3: give a range LOW,HIGH"),
     ("robust_only", "['trials'] apply to the robust gate: add robust=true"),
+    ("infinite", "cannot convert float infinity to integer"),
+    ("report_folder", "its folder does not exist"),
 ])
 def test_bad_gate_input_is_one_line_and_exit_2(tmp_path, case, message):
     args = {"missing": lambda: [f"bundle={tmp_path / 'nope'}"],
@@ -210,7 +213,9 @@ def test_bad_gate_input_is_one_line_and_exit_2(tmp_path, case, message):
             "gain_count": lambda: [f"bundle={_bad_bundle(tmp_path, lambda y: y['common']['damping'].pop())}"],
             "settle": lambda: ["bundle=t1_flat", "seconds=2"],
             "range": lambda: ["bundle=t1_flat", "robust=true", "floor_friction=0.3"],
-            "robust_only": lambda: ["bundle=t1_flat", "trials=3"]}[case]()
+            "robust_only": lambda: ["bundle=t1_flat", "trials=3"],
+            "infinite": lambda: ["bundle=t1_flat", "robust=true", "trials=inf"],
+            "report_folder": lambda: ["bundle=t1_flat", f"report={tmp_path / 'no' / 'r.json'}"]}[case]()
     run = subprocess.run([str(BIN / "fast-td3-sim2sim"), *args], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and message in run.stderr and "Traceback" not in run.stderr
@@ -242,19 +247,54 @@ def test_best_by_gate_keeps_the_best_ranked_checkpoint_and_counts_passes(tmp_pat
     loop = GateLoop(cfg, tmp_path, ckpt.CheckpointManager(tmp_path), start_step=0, say=lambda line: None)
     verdicts = [_verdict(10, 0.5, True, 40.0), _verdict(20, 0.8, False, 50.0), _verdict(30, 0.5, True, 45.0),
                 _verdict(40, 0.8, True, 30.0), _verdict(50, 0.95, True, 20.0), _verdict(60, 0.7, True, 60.0)]
-    expected_best = [10, 20, 20, 40, 50, 50]  # pass rate first, then the nominal pass, then eval return
-    satisfied = [False, False, False, False, False, False]
+    verdicts += [_verdict(70, 1.0, False, 90.0), _verdict(80, 0.9, True, 1.0), _verdict(90, 1.0, True, 1.0)]
+    # a pass first, then the pass rate, then the nominal pass, then eval return
+    expected_best = [10, 20, 20, 40, 50, 50, 50, 50, 90]
+    satisfied = []
     for verdict, best in zip(verdicts, expected_best):
         (tmp_path / "gate" / f"step_{verdict.step:09d}.pt").write_bytes(f"state of {verdict.step}".encode())
         loop.absorb(verdict)
         assert (tmp_path / "checkpoints" / "best.pt").read_bytes() == f"state of {best}".encode()
-        satisfied[verdicts.index(verdict)] = loop.satisfied
-    assert sorted(p.name for p in (tmp_path / "gate").glob("*.pt")) == ["step_000000050.pt"]  # only the best kept
-    assert satisfied == [False] * 6 and loop.passes_in_a_row == 0  # one pass (step 50) then a fail
-    for step, rate in ((70, 1.0), (80, 0.9)):
-        (tmp_path / "gate" / f"step_{step:09d}.pt").write_bytes(f"state of {step}".encode())
-        loop.absorb(_verdict(step, rate, True, 1.0))
-    assert loop.satisfied and loop.best.step == 70
+        satisfied.append(loop.satisfied)
+    # each best so far keeps its file (a resume from an earlier step restores it), the others go
+    kept = sorted(p.name for p in (tmp_path / "gate").glob("*.pt"))
+    assert kept == [f"step_{s:09d}.pt" for s in (10, 20, 40, 50, 90)]
+    assert satisfied == [False] * 8 + [True] and loop.passes_in_a_row == 2  # 80 and 90 passed in a row
+    error = GateVerdict(100, {}, error="the gate process exited 1 without a verdict")
+    assert not loop.absorb(error) and loop.best.step == 90 and not loop.satisfied
+
+
+def _write_verdict(run_dir: Path, verdict: GateVerdict, logged: bool) -> None:
+    gate = run_dir / "gate"
+    gate.mkdir(parents=True, exist_ok=True)
+    (gate / f"step_{verdict.step:09d}.json").write_text(json.dumps({"metrics": verdict.metrics,
+                                                                   "eval_return": verdict.eval_return}))
+    (gate / f"step_{verdict.step:09d}.pt").write_bytes(f"state of {verdict.step}".encode())
+    if logged:
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": verdict.step} | verdict.metrics) + "\n")
+
+
+def test_a_resume_recalls_the_gates_verdicts_and_best_pt(tmp_path, monkeypatch):
+    """Killed at step 35 after the checkpoint of step 30: the verdict of 40 is another history, the
+    verdict of 30 arrived but was never logged, best.pt is the best of those up to 30."""
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain"),
+                      gate=GateConfig(interval=10), best_by="gate")
+    _write_verdict(tmp_path, _verdict(10, 0.5, True, 3.0), logged=True)
+    _write_verdict(tmp_path, _verdict(20, 0.95, True, 2.0), logged=True)
+    _write_verdict(tmp_path, _verdict(30, 0.2, True, 9.0), logged=False)
+    _write_verdict(tmp_path, _verdict(40, 1.0, True, 9.0), logged=True)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.pt").write_bytes(b"state of 40")
+    started = []
+    monkeypatch.setattr(GateLoop, "_start_waiting", lambda self: started.append(self.waiting))
+    loop = GateLoop(cfg, tmp_path, ckpt.CheckpointManager(tmp_path), start_step=30, say=lambda line: None)
+    assert (tmp_path / "checkpoints" / "best.pt").read_bytes() == b"state of 20"
+    assert sorted(p.name for p in (tmp_path / "gate" / "abandoned_30").iterdir()) == [
+        "step_000000040.json", "step_000000040.pt"]
+    assert [v.step for v in loop.verdicts] == [10, 20] and loop.passes_in_a_row == 1
+    assert [v.step for v in loop.poll()] == [30] and loop.poll() == []  # logged by the runner, once
+    assert started == [None]  # every checkpoint has its verdict: nothing to gate again
 
 
 def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path):
@@ -274,12 +314,16 @@ def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path)
                for r in gated)
     verdicts = {step: json.loads((run_dir / "gate" / f"step_{step:09d}.json").read_text()) for step in steps}
     assert all(v["report"]["ranges"]["push"] is None and len(v["report"]["trials"]) == 1 for v in verdicts.values())
-    ranked = max(verdicts, key=lambda s: (verdicts[s]["metrics"]["gate/robust_pass_rate"],
+    ranked = max(verdicts, key=lambda s: (verdicts[s]["metrics"]["gate/passed"],
+                                          verdicts[s]["metrics"]["gate/robust_pass_rate"],
                                           verdicts[s]["metrics"]["gate/nominal_passed"],
                                           verdicts[s]["eval_return"], s))
     best = ckpt.load(run_dir / "checkpoints" / "best.pt")
     assert best["global_step"] == ranked
     assert "Gate at step 30:" in train.stdout and f"best gate   step {ranked}" in train.stdout
+    # a gate's recorded trial replays from its file (fast-td3-play --trial 0 --gate-report ...)
+    draw, seconds = watch.trial_draw(None, 0, 0, 10.0, gate_report=run_dir / "gate" / f"step_{steps[-1]:09d}.json")
+    assert seconds == 3.0 and asdict(draw) == verdicts[steps[-1]]["report"]["trials"][0]["draw"]
 
 
 @pytest.mark.parametrize("args, message", [

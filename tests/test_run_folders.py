@@ -295,3 +295,19 @@ def test_the_replay_estimate_is_what_the_buffer_allocates(num_critic_obs, tail_o
     buffer = ReplayBuffer(3, 7, 5, 2, num_critic_obs=num_critic_obs, critic_obs_extends_actor_obs=tail_only,
                           obs_dtype=dtype, device="cpu")
     assert buffer.memory_bytes() == 3 * 7 * slot_bytes(5, 2, num_critic_obs, tail_only, dtype)
+
+
+def test_under_torchrun_only_rank_0_claims_and_locks_the_named_folder(tmp_path, monkeypatch):
+    """Every rank runs the checks; were each to lock hydra.run.dir, all but one would be refused
+    (the multi-node sbatch example in docs/distributed.md names its folder so)."""
+    from fast_td3.training import preflight
+
+    folder = tmp_path / "run"
+    monkeypatch.setattr(preflight, "LAUNCH", preflight.Launch())
+    monkeypatch.setenv("RANK", "1")
+    assert preflight.claim([f"hydra.run.dir={folder}"], None) is True
+    assert not folder.exists() and preflight.LAUNCH.lock is None
+    monkeypatch.setenv("RANK", "0")
+    assert preflight.claim([f"hydra.run.dir={folder}"], None) is True
+    assert (folder / LOCK_FILE).is_file() and preflight.LAUNCH.lock is not None
+    preflight.LAUNCH.lock.release()

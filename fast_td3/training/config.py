@@ -118,8 +118,8 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     best_by: str = "eval_return"
-    """What best.pt keeps: 'eval_return' (the best evaluation) or 'gate' (the highest robust pass
-    rate, then a nominal pass, then eval return, among the gated checkpoints; needs gate.interval)."""
+    """What best.pt keeps: 'eval_return' (the best evaluation) or 'gate' (among the gated checkpoints:
+    a pass, then the highest robust pass rate, then a nominal pass, then eval return; needs gate.interval)."""
     total_steps: int = 150_000
     """Length of the run in global steps."""
     eval_interval: int = 5_000

@@ -6,10 +6,12 @@ At a gate step the runner hands over its state (no replay buffer); it is written
 process (niced, one thread, CPU only). One gate runs at a time; a gate step that comes while
 one runs waits, and a newer one replaces it. Each verdict lands in `<run>/gate/step_<N>.json`
 and is logged at step N as `gate/*` metrics. With `best_by=gate`, a verdict that ranks above
-every earlier one (robust pass rate, then a nominal pass, then eval return) becomes best.pt.
+every earlier one (a pass, then the robust pass rate, then a nominal pass, then eval return)
+becomes best.pt.
 
-The folder is the gate's memory: a resumed run reads the verdicts up to its step back from it
-and gates again a checkpoint whose verdict never came.
+The folder is the gate's memory: a resumed run reads the verdicts up to its step back from it,
+restores best.pt from the best of them, logs one that arrived but was never logged, and gates
+again a checkpoint whose verdict never came.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Callable
 
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.config import TrainConfig
+from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
 
 GATE_DIR = "gate"
 
@@ -41,13 +44,14 @@ class GateVerdict:
     def passed(self) -> bool:
         return self.error is None and self.metrics.get("gate/passed", 0.0) == 1.0
 
-    def rank(self) -> tuple[float, float, float]:
-        """Higher is better: robust pass rate, then a nominal pass, then eval return."""
+    def rank(self) -> tuple[float, float, float, float]:
+        """Higher is better: a gate passed, then the robust pass rate, then a nominal pass, then eval
+        return. A pass comes first, so best.pt is a checkpoint that passed whenever one did."""
         if self.error is not None:
-            return (-1.0, 0.0, -math.inf)
+            return (-1.0, -1.0, 0.0, -math.inf)
         eval_return = self.eval_return if self.eval_return is not None and math.isfinite(self.eval_return) else -math.inf
-        return (self.metrics.get("gate/robust_pass_rate", 0.0), self.metrics.get("gate/nominal_passed", 0.0),
-                eval_return)
+        return (float(self.passed), self.metrics.get("gate/robust_pass_rate", 0.0),
+                self.metrics.get("gate/nominal_passed", 0.0), eval_return)
 
     def line(self) -> str:
         if self.error is not None:
@@ -87,6 +91,7 @@ class GateLoop:
         self.verdicts: list[GateVerdict] = []
         self.best: GateVerdict | None = None
         self.passes_in_a_row = 0
+        self._unlogged: list[GateVerdict] = []
         self._recall(start_step)
 
     # ------------------------------------------------------------ schedule
@@ -108,8 +113,9 @@ class GateLoop:
         self._start_waiting()
 
     def poll(self) -> list[GateVerdict]:
-        """Verdicts that arrived since the last call (no waiting)."""
-        arrived = []
+        """Verdicts that arrived since the last call (no waiting); after a resume, first those that
+        arrived before the stop but never reached metrics.jsonl."""
+        arrived, self._unlogged = self._unlogged, []
         if self.running is not None and self.running[1].poll() is not None:
             arrived.append(self._collect())
             self._start_waiting()
@@ -117,7 +123,7 @@ class GateLoop:
 
     def drain(self) -> list[GateVerdict]:
         """Wait for the running gate and the one waiting (the end of a run)."""
-        arrived = []
+        arrived = self.poll()
         while self.running is not None:
             self.running[1].wait()
             arrived.append(self._collect())
@@ -125,7 +131,8 @@ class GateLoop:
         return arrived
 
     def close(self) -> None:
-        """Stop a running gate (a stopped run); its checkpoint stays and a resume gates it again."""
+        """Stop a running gate (a stopped run): its checkpoint stays and a resume gates it again.
+        Take `poll()`'s verdicts first, or one that has just arrived is left to the resume."""
         if self.running is not None:
             self.running[1].kill()
             self.running[1].wait()
@@ -138,16 +145,13 @@ class GateLoop:
         self.verdicts.append(verdict)
         self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
         promoted = False
-        if self.best is None or verdict.rank() >= self.best.rank():
-            previous, self.best = self.best, verdict
-            if self.cfg.best_by == "gate" and verdict.error is None:
-                source = self._checkpoint(verdict.step)
-                ckpt.atomic_write_bytes(self.checkpoints.dir / ckpt.BEST_FILE,
-                                        lambda f: _copy_into(source, f))
+        if verdict.error is None and (self.best is None or verdict.rank() >= self.best.rank()):
+            self.best = verdict
+            if self.cfg.best_by == "gate":
+                self._promote(verdict.step)
                 promoted = True
-            if previous is not None:
-                self._checkpoint(previous.step).unlink(missing_ok=True)
-        if self.best is not verdict:
+        else:
+            # every best so far keeps its file: a resume from an earlier checkpoint restores that one
             self._checkpoint(verdict.step).unlink(missing_ok=True)
         return promoted
 
@@ -160,6 +164,10 @@ class GateLoop:
 
     def _forget(self, step: int) -> None:
         self._checkpoint(step).unlink(missing_ok=True)
+
+    def _promote(self, step: int) -> None:
+        source = self._checkpoint(step)
+        ckpt.atomic_write_bytes(self.checkpoints.dir / ckpt.BEST_FILE, lambda f: _copy_into(source, f))
 
     def _start_waiting(self) -> None:
         if self.running is not None or self.waiting is None:
@@ -189,25 +197,39 @@ class GateLoop:
         return verdict
 
     def _recall(self, start_step: int) -> None:
-        """Verdicts of this run up to `start_step` (a resume); later files belong to another history."""
+        """Verdicts of this run up to `start_step` (a resume). Later ones belong to another history
+        and go to `gate/abandoned_<step>/`; verdicts that never reached metrics.jsonl are handed to
+        the next `poll()`; best.pt is the recalled best's again; a checkpoint whose verdict never
+        came is gated again (the newest such, the others are dropped)."""
+        logged = {int(r["step"]) for r in _metrics(self.folder.parent) if "gate/passed" in r}
+        later = [p for p in self.folder.glob("step_*") if _step_of(p) > start_step]
+        if later:
+            aside = self.folder / f"abandoned_{start_step}"
+            aside.mkdir(exist_ok=True)
+            for path in later:
+                path.replace(aside / path.name)
         for result in sorted(self.folder.glob("step_*.json")):
-            step = int(result.stem.split("_")[1])
-            if step > start_step:
-                result.unlink()
+            verdict = read_verdict(result, _step_of(result))
+            if verdict is None:
                 continue
-            verdict = read_verdict(result, step)
-            if verdict is not None:
-                self.verdicts.append(verdict)
-                self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
-                if self.best is None or verdict.rank() >= self.best.rank():
-                    self.best = verdict
-        for stale in self.folder.glob("step_*.pt"):
-            step = int(stale.stem.split("_")[1])
-            known = any(v.step == step for v in self.verdicts)
-            if step > start_step or (known and (self.best is None or self.best.step != step)):
-                stale.unlink()
-            elif not known:
-                self.waiting = (step, None)  # its verdict never came: gate it again
+            if verdict.step not in logged:
+                self._unlogged.append(verdict)  # arrived, never logged: the runner logs it and absorbs it
+                continue
+            self.verdicts.append(verdict)
+            self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
+            if verdict.error is None and (self.best is None or verdict.rank() >= self.best.rank()):
+                self.best = verdict
+        if self.best is not None and self.cfg.best_by == "gate":
+            if self._checkpoint(self.best.step).is_file():
+                self._promote(self.best.step)
+            else:
+                self.best = None  # its file is gone: eval return keeps best.pt until the next verdict
+        known = {v.step for v in self.verdicts + self._unlogged}
+        unjudged = sorted(_step_of(p) for p in self.folder.glob("step_*.pt") if _step_of(p) not in known)
+        for step in unjudged[:-1]:
+            self._forget(step)
+        if unjudged:
+            self.waiting = (unjudged[-1], eval_return_at(self.folder.parent, unjudged[-1]))
         self._start_waiting()
 
 
@@ -219,6 +241,22 @@ def read_verdict(path: Path, step: int) -> GateVerdict | None:
     if "error" in record:
         return GateVerdict(step, {}, error=record["error"])
     return GateVerdict(step, record["metrics"], eval_return=record.get("eval_return"))
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.split(".")[0].split("_")[1])
+
+
+def eval_return_at(run_dir: Path, step: int) -> float | None:
+    """The evaluation return logged at global step `step`, None when none was."""
+    returns = [r["eval/return_mean"] for r in _metrics(run_dir)
+               if r.get("step") == step and isinstance(r.get("eval/return_mean"), (int, float))]
+    return returns[-1] if returns else None
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl rows (none before its first)."""
+    return read_metrics(run_dir) if (run_dir / METRICS_FILE).is_file() else []
 
 
 def _copy_into(source: Path, target) -> None:

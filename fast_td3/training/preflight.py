@@ -231,6 +231,8 @@ def claim(overrides: list[str], resume: str | None) -> bool:
     explicit = _explicit_run_dir(overrides)
     if explicit is None or "$" in explicit:
         return False
+    if not _is_main_rank():
+        return True  # under torchrun rank 0 claims and holds the folder every rank writes into
     folder = Path(explicit).expanduser().absolute()
     LAUNCH.created, LAUNCH.lock = claim_folder(folder)
     LAUNCH.new_folder = folder

@@ -155,6 +155,7 @@ class Runner:
                 return final
         finally:
             if self.gate is not None:
+                self._take_verdicts(self.gate.poll())  # one that arrived just before a stop is logged too
                 self.gate.close()
             logger.close()
             self._logger = None
@@ -165,14 +166,21 @@ class Runner:
         if gate.due(self.global_step) and (final or self.global_step < self.cfg.total_steps):
             gate.submit(self.global_step, run_state.capture(self, with_buffer=False),
                         self.last_eval.get("eval/return_mean"))
-        for verdict in gate.drain() if final else gate.poll():
+        self._take_verdicts(gate.drain() if final else gate.poll())
+
+    def _take_verdicts(self, verdicts) -> None:
+        for verdict in verdicts:
             self._logger.log_past(verdict.step, verdict.metrics, "gate/step")
-            promoted = gate.absorb(verdict)
+            promoted = self.gate.absorb(verdict)
             self._logger.note(verdict.line() + (": now best.pt" if promoted else ""))
 
     def _gate_satisfied(self) -> bool:
+        """The gate passed `gate.stop_after_passes` times in a row; every rank asks at the same
+        steps (the logs), so a torchrun job stops together without a collective per step."""
+        if not self.cfg.gate.stop_after_passes or not self._due(self.cfg.logger.log_interval):
+            return False
         done = self.gate is not None and self.gate.satisfied
-        if self.cfg.gate.stop_after_passes and self.ranks.enabled:
+        if self.ranks.enabled:
             done = bool(distributed.any_rank(int(done), self.ranks))
         if done and self.gate is not None:
             self._logger.note(f"Stopping at global step {self.global_step}: the gate passed "

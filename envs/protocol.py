@@ -46,7 +46,7 @@ tests run it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the CLIs check their arguments before torch is imported
@@ -84,6 +84,32 @@ class VecEnv(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvSpec:
+    """The shape of a batch of envs: the one value the algorithm, the replay buffer and a
+    checkpoint's env record take (`EnvSpec.of(env)`; `record()` is the checkpoint's dict)."""
+
+    num_envs: int = 1
+    num_obs: int
+    num_critic_obs: int | None = None
+    """None: the critic sees the actor's observation (a symmetric env)."""
+    num_actions: int
+
+    @classmethod
+    def of(cls, env: VecEnv) -> EnvSpec:
+        return cls(num_envs=env.num_envs, num_obs=env.num_obs, num_critic_obs=env.num_critic_obs,
+                   num_actions=env.num_actions)
+
+    @property
+    def critic_obs_size(self) -> int:
+        """What the critic observes per env: the critic observation, else the actor's."""
+        return self.num_obs if self.num_critic_obs is None else self.num_critic_obs
+
+    def record(self) -> dict[str, int | None]:
+        """As a checkpoint stores it (every format: a plain dict of these four keys)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

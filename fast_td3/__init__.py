@@ -3,7 +3,9 @@
 Three parts, each importing only from the ones before it:
 - `fast_td3.learner`: networks, algorithms, replay, normalisation, exploration, precision;
 - `fast_td3.training`: the application that trains (CLI, config, runner, checkpoints, logging);
-- `fast_td3.analysis`: tools that read runs (eval, play, report, gait metrics, diagnostics).
+- `fast_td3.analysis`: tools that read runs (eval, play, report, gait metrics, diagnostics);
+and two modules any part may use, importing nothing from the project: `fast_td3.files` (atomic
+writes, strict JSON) and `fast_td3.command_line` (the console scripts' one convention).
 The public classes below load on first use, so `import fast_td3` does not import torch.
 """
 

@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_envs import stepped_rate  # noqa: E402
-from bench_update import PLAYGROUND_SHAPES, synchronize, synthetic_batch  # noqa: E402
+from bench_update import PLAYGROUND_SPEC, synchronize, synthetic_batch  # noqa: E402
 
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
@@ -91,9 +91,7 @@ def update_flops(cfg: AlgoConfig, batch, device: torch.device) -> float:
     """FLOPs of one critic update plus half an actor update (the training mix), counted eagerly."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    shapes = PLAYGROUND_SHAPES
-    agent = FastTD3(dataclasses.replace(cfg, compile=False), shapes["num_obs"], shapes["num_actions"],
-                    shapes["num_critic_obs"], device=device)
+    agent = FastTD3(dataclasses.replace(cfg, compile=False), PLAYGROUND_SPEC, device=device)
     counts = []
     for _ in range(2):  # the first update has the actor off, the second on (policy_frequency 2)
         with FlopCounterMode(display=False) as counter:
@@ -108,8 +106,7 @@ def bench_updates(sizes: list[str], device: torch.device, seconds: float) -> lis
         torch._dynamo.reset()
         cfg = AlgoConfig(precision="auto", **SIZES[name])
         batch = synthetic_batch(cfg.batch_size, device)
-        shapes = PLAYGROUND_SHAPES
-        agent = FastTD3(cfg, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"], device=device)
+        agent = FastTD3(cfg, PLAYGROUND_SPEC, device=device).compile_update()
         start = time.perf_counter()
         for _ in range(6):  # compilation; under CUDA graphs each variant records on a later call
             agent.update(batch)
@@ -195,7 +192,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
 
     from envs.registry import make_env
     from fast_td3.training.runner import Runner
-    from fast_td3.training.train import CONF_DIR
+    from fast_td3.training.cli_checks import CONF_DIR
 
     overrides = [f"task={task}", "preset=cpu", "logger.console=false", "eval_interval=0", "save_interval=0",
                  f"total_steps={warmup_steps}", f"device={device}"]

@@ -134,6 +134,7 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     import envpool
 
     from envs.playground.envpool import default_threads, env_seeds, envpool_id, lean_base_path
+    from envs.protocol import EnvSpec
     from fast_td3.learner.algorithms.fast_td3 import FastTD3
     from fast_td3.learner.config import AlgoConfig
     from fast_td3.learner.replay import ReplayBuffer
@@ -146,8 +147,9 @@ def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     obs, _ = pool.reset()
     num_obs, num_critic = obs["state"].shape[1], obs["privileged_state"].shape[1]
     num_actions = pool.action_space.shape[0]
-    agent = FastTD3(cfg, num_obs, num_actions, num_critic, device="cpu")
-    buffer = ReplayBuffer(num_envs, 64, num_obs, num_actions, num_critic, critic_obs_extends_actor_obs=True)
+    spec = EnvSpec(num_envs=num_envs, num_obs=num_obs, num_critic_obs=num_critic, num_actions=num_actions)
+    agent = FastTD3(cfg, spec, device="cpu").compile_update()
+    buffer = ReplayBuffer(spec, 64, critic_obs_extends_actor_obs=True)
     for _ in range(8):
         actor, critic = (torch.from_numpy(obs[k]).float() for k in ("state", "privileged_state"))
         buffer.extend({"observations": actor, "next_observations": actor, "critic_observations": critic,

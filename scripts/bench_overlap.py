@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_update import PLAYGROUND_SHAPES, synthetic_batch  # noqa: E402
 
 from envs.gymnasium import GymnasiumVecEnv  # noqa: E402
+from envs.protocol import EnvSpec  # noqa: E402
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
 
@@ -55,7 +56,8 @@ def main() -> None:
     env = GymnasiumVecEnv(args.task, args.num_envs, vectorization="processes", num_workers=args.num_workers)
     cfg = AlgoConfig(actor_hidden_dims=[256, 128], critic_hidden_dims=[256, 256], batch_size=2048, compile=False)
     shapes = PLAYGROUND_SHAPES
-    agent = FastTD3(cfg, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"], device="cpu")
+    spec = EnvSpec(**{k: shapes[k] for k in ("num_obs", "num_critic_obs", "num_actions")})
+    agent = FastTD3(cfg, spec, device="cpu").compile_update()
     batch = synthetic_batch(cfg.batch_size, torch.device("cpu"))
     actions = torch.zeros(env.num_envs, env.num_actions)
     env.reset()

@@ -15,11 +15,13 @@ batch (policy_frequency=1), with the reference network sizes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
 import torch
 
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
 from fast_td3.learner.config import AlgoConfig
 from fast_td3.learner.precision import cpu_model, resolve_precision
@@ -33,15 +35,14 @@ MODES = {  # name -> (precision, compile)
 }
 # T1JoystickFlatTerrain on MuJoCo Playground: actor obs, critic obs, actions, envs, steps per env.
 PLAYGROUND_SHAPES = dict(num_obs=85, num_critic_obs=180, num_actions=23, num_envs=1024, capacity=10240)
+PLAYGROUND_SPEC = EnvSpec(**{k: v for k, v in PLAYGROUND_SHAPES.items() if k != "capacity"})
 
 
 def synthetic_batch(batch_size: int, device: torch.device) -> dict:
     shapes = PLAYGROUND_SHAPES
     num_envs = min(shapes["num_envs"], batch_size)
-    buffer = ReplayBuffer(
-        num_envs, 8, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"],
-        critic_obs_extends_actor_obs=True, device=device,
-    )
+    buffer = ReplayBuffer(dataclasses.replace(PLAYGROUND_SPEC, num_envs=num_envs), 8, critic_obs_extends_actor_obs=True,
+                          device=device)
     for _ in range(8):
         obs = torch.randn(num_envs, shapes["num_obs"], device=device)
         critic = torch.cat([obs, torch.randn(num_envs, shapes["num_critic_obs"] - shapes["num_obs"], device=device)], -1)
@@ -65,9 +66,8 @@ def synchronize(device: torch.device) -> None:
 def time_mode(batch, precision: str, compile_: bool, device: torch.device, min_seconds: float, min_iters: int):
     """Update steps per second after a warm-up that includes compilation."""
     torch._dynamo.reset()  # a fresh compile per shape, never a dynamic-shape fallback
-    shapes = PLAYGROUND_SHAPES
     cfg = AlgoConfig(precision=precision, compile=compile_, policy_frequency=1, batch_size=batch.shape[0])
-    agent = FastTD3(cfg, shapes["num_obs"], shapes["num_actions"], shapes["num_critic_obs"], device=device)
+    agent = FastTD3(cfg, PLAYGROUND_SPEC, device=device).compile_update()
     start = time.perf_counter()
     for _ in range(2):
         metrics = agent.update(batch)
@@ -92,10 +92,7 @@ def replay_memory_report() -> list[dict]:
     }
     rows = []
     for name, options in layouts.items():
-        buffer = ReplayBuffer(
-            s["num_envs"], s["capacity"], s["num_obs"], s["num_actions"], s["num_critic_obs"],
-            device="meta", **options,
-        )
+        buffer = ReplayBuffer(PLAYGROUND_SPEC, s["capacity"], device="meta", **options)
         rows.append({"layout": name, "bytes": buffer.memory_bytes()})
     return rows
 

@@ -43,7 +43,8 @@ from tensordict import TensorDict
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_update import synchronize  # noqa: E402
 
-from fast_td3.learner import batch as keys  # noqa: E402
+from fast_td3.learner import transition_keys as keys  # noqa: E402
+from envs.protocol import EnvSpec  # noqa: E402
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
 from fast_td3.learner.replay import ReplayBuffer  # noqa: E402
@@ -206,9 +207,10 @@ class Reference:
 class Ours:
     def __init__(self, size: Size, cfg: AlgoConfig, device: torch.device) -> None:
         self.size, self.cfg = size, cfg
-        self.agent = FastTD3(cfg, NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS, size.num_envs, device)
-        self.buffer = ReplayBuffer(size.num_envs, CAPACITY, NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS,
-                                   critic_obs_extends_actor_obs=True, n_step=cfg.n_step, gamma=cfg.gamma, device=device)
+        spec = EnvSpec(num_envs=size.num_envs, num_obs=NUM_OBS, num_critic_obs=NUM_CRITIC_OBS, num_actions=NUM_ACTIONS)
+        self.agent = FastTD3(cfg, spec, device).compile_update()
+        self.buffer = ReplayBuffer(spec, CAPACITY, critic_obs_extends_actor_obs=True, n_step=cfg.n_step, gamma=cfg.gamma,
+                                   device=device)
         self.generator = torch.Generator(device=device).manual_seed(0)
 
     def fill(self, transitions: list[TensorDict]) -> None:

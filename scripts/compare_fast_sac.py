@@ -45,7 +45,8 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from fast_td3.learner import batch as keys
+from fast_td3.learner import transition_keys as keys
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_sac import FastSAC
 from fast_td3.learner.config import AlgoConfig, FastSACConfig
 from fast_td3.learner.precision import cpu_model
@@ -216,7 +217,8 @@ def reference_batch(batch: TensorDict) -> TensorDict:
 
 def build_pair(networks, agent_cls, size: Size, seed: int = 0):
     torch.manual_seed(seed)
-    ours = FastSAC(our_config(size), NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS, device="cpu")
+    spec = EnvSpec(num_obs=NUM_OBS, num_critic_obs=NUM_CRITIC_OBS, num_actions=NUM_ACTIONS)
+    ours = FastSAC(our_config(size), spec, device="cpu").compile_update()
     learner = reference_learner(networks, agent_cls, size)
     copy_weights(ours, learner)
     add_reference_optimizers(learner)

@@ -1,14 +1,19 @@
 """Put a trained T1LowDim checkpoint in the package as a pretrained bundle, with its evidence.
 
     python scripts/ship_t1_bundle.py runs/T1LowDimJoystickFlatTerrain/<run> --step 60000
-    python scripts/ship_t1_bundle.py <run> --step 60000 --out sim2real/pretrained/t1_flat
+    python scripts/ship_t1_bundle.py <run> --step 60000 --out sim2real/pretrained/t1_robust \\
+        --robust 20 --seeds <run> <other runs of the recipe...>
 
 Writes to `--out` (default `sim2real/pretrained/t1_flat`): the export bundle (`policy.pt`,
 `policy.onnx`, `T1.yaml`, `meta.json`), the full sim-to-sim gate's report (`sim2sim.json`),
 the run's learning curve (`curve.png`: eval return and episode length against wall time) and
 its whole `metrics.jsonl` (gzipped), the run's `config.yaml` (as `train_config.yaml`) and `training.json`: the exact command, seed,
 global and env steps, wall time to the checkpoint, the CPU model, torch threads and the
-precision the run resolved. Exits 1, shipping nothing, when the gate fails, unless
+precision the run resolved. With `--robust N`, also the robust gate's report over N trials
+(`sim2sim_robust.json`), and the bar a robust bundle must clear: the robust gate passed, every
+mean tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward
+coverage at least 75%. With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
+(scripts/recipe_table.py). Exits 1, shipping nothing, when the gate (or the bar) fails, unless
 `--allow-fail` (then `training.json` says so).
 """
 
@@ -28,9 +33,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fast_td3.training.metrics_log import json_safe, read_metrics  # noqa: E402
+from fast_td3.files import json_safe  # noqa: E402
+from fast_td3.training.metrics_log import read_metrics  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
-from sim2real import sim2sim  # noqa: E402
+import recipe_table  # noqa: E402  (scripts/, beside this file)
+from fast_td3.analysis.report_runs import find_runs  # noqa: E402
+from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 
 DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
@@ -40,6 +48,22 @@ def training_command(run_dir: Path) -> str:
     overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     kept = [o for o in overrides if not o.split("=")[0].lstrip("+") in ("out_dir",)]
     return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)
+
+
+def robust_bar(nominal, robust_report, margin: float, min_coverage: float = 0.75) -> list[str]:
+    """Where a bundle falls short of a robust shipped bundle's bar, in words (empty: it clears it)."""
+    limits = nominal.thresholds
+    short = [] if robust_report.passed else [
+        f"robust pass rate {robust_report.robust_pass_rate:.0%} < {robust_report.min_pass_rate:.0%}"]
+    for segment in nominal.segments:
+        if not segment.moving:
+            continue
+        for name, limit in (("lin_vel_error", "max_lin_vel_error"), ("yaw_rate_error", "max_yaw_rate_error")):
+            if not getattr(segment, name) <= margin * limits[limit]:
+                short.append(f"{segment.name}: {name} {getattr(segment, name):.3f} > {margin} x {limits[limit]}")
+        if segment.command[0] != 0.0 and not segment.coverage >= min_coverage:
+            short.append(f"{segment.name}: forward coverage {segment.coverage:.0%} < {min_coverage:.0%}")
+    return short
 
 
 def plot_curve(records: list[dict], step: int, path: Path, title: str) -> None:
@@ -74,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
+    parser.add_argument("--robust", type=int, default=0, help="robust gate trials (0: none)")
+    parser.add_argument("--robust-seed", type=int, default=0)
+    parser.add_argument("--margin", type=float, default=0.8, help="nominal errors at most this share of their limits")
+    parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
     args = parser.parse_args(argv)
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
     if not checkpoint.is_file():
@@ -88,6 +116,22 @@ def main(argv: list[str] | None = None) -> int:
         print("the gate failed: nothing shipped (--allow-fail ships it, marked as failing)")
         return 1
     (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
+    shortfalls = []
+    if args.robust:
+        robust_report = robust.run(sim2sim.load_bundle(staging), trials=args.robust, seed=args.robust_seed)
+        robust.print_report(robust_report)
+        (staging / "sim2sim_robust.json").write_text(
+            json.dumps(json_safe(robust_report.to_dict()), indent=2, allow_nan=False))
+        shortfalls = robust_bar(report, robust_report, args.margin)
+        for line in shortfalls:
+            print(f"below the bar: {line}")
+        if shortfalls and not args.allow_fail:
+            shutil.rmtree(staging)
+            print("nothing shipped (--allow-fail ships it, marked as falling short)")
+            return 1
+    if args.seeds:
+        rows = [recipe_table.row(run) for run in find_runs(args.seeds)]
+        (staging / "seeds.json").write_text(json.dumps(json_safe(rows), indent=1) + "\n")
     records = read_metrics(args.run)
     config = yaml.safe_load((args.run / "config.yaml").read_text())
     at_step = [r for r in records if r["step"] == args.step]
@@ -103,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_model": cpu_model(),
         "resolved": config.get("resolved", {}),
         "gate_passed": report.passed,
+        "robust": ({"trials": args.robust, "seed": args.robust_seed, "pass_rate": robust_report.robust_pass_rate,
+                    "passed": robust_report.passed, "below_the_bar": shortfalls} if args.robust else None),
         "seconds_walked": round(report.seconds_walked, 2),
         "shipped": datetime.date.today().isoformat(),
         "run_folder": args.run.name,

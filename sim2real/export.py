@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fast_td3.command_line import as_key_values
+
 BUNDLE_FORMAT = "fast-td3-policy-bundle/1"
 ONNX_META_KEY = "fast_td3_meta"
 ONNX_OPSET = 17
@@ -96,7 +98,7 @@ def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
     if isinstance(normalizer, EmpiricalNormalization):
         return normalizer.mean.detach().float().cpu(), normalizer.std.detach().float().cpu(), float(normalizer.eps)
     if isinstance(normalizer, nn.Identity):
-        return torch.zeros(agent.num_obs), torch.ones(agent.num_obs), 0.0
+        return torch.zeros(agent.spec.num_obs), torch.ones(agent.spec.num_obs), 0.0
     raise ValueError(f"cannot export an observation normaliser of type {type(normalizer).__name__}")
 
 
@@ -197,7 +199,7 @@ def _self_check(policy: DeployPolicy, agent, device: torch.device, onnx_bytes: b
 
     import onnxruntime
 
-    obs = torch.randn(16, agent.num_obs, generator=torch.Generator().manual_seed(0)) * 3.0
+    obs = torch.randn(16, agent.spec.num_obs, generator=torch.Generator().manual_seed(0)) * 3.0
     with torch.no_grad():
         eager = agent.actor(agent.obs_normalizer(obs.to(device))).float().cpu()
         with warnings.catch_warnings():
@@ -215,7 +217,7 @@ def _self_check(policy: DeployPolicy, agent, device: torch.device, onnx_bytes: b
 # --------------------------------------------------------------------------- writing
 def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
     """Write `files` into a temporary sibling of `out`, then rename it into place."""
-    from fast_td3.training.checkpoint import _fsync_dir, atomic_write_bytes
+    from fast_td3.files import atomic_write_bytes, fsync_dir
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -237,7 +239,7 @@ def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
                 old.rename(out)
                 set_aside = False
             raise
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if set_aside:
@@ -354,6 +356,8 @@ T1.yaml for T1 tasks).
               (the newest step_<N>.pt); default: best when the run has one, else latest
   device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
   force       true: replace a bundle folder this command wrote before (any other folder is refused)
+
+The other tools' spelling is read too: `fast-td3-export <run> <bundle> --use latest --force`.
 """
 _KEYS = ("checkpoint", "out", "use", "device", "force")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -365,6 +369,7 @@ def _fail(message: str) -> None:
 
 
 def _parse(argv: list[str]) -> dict[str, str]:
+    argv = as_key_values(argv, switches=("force",), positionals=("checkpoint", "out"))
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE, end="")
         sys.exit(0)

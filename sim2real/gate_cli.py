@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from fast_td3.training.metrics_log import json_safe
+from fast_td3.command_line import as_key_values
+from fast_td3.files import json_safe
 from sim2real import robust, sim2sim
 from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
 
@@ -16,7 +17,7 @@ from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_s
 
 def _parse(argv: list[str]) -> dict[str, str]:
     options = {}
-    for token in argv:
+    for token in as_key_values(argv, switches=("robust",), positionals=("bundle",)):
         key, sep, value = token.partition("=")
         if not sep:
             raise BundleError(f"arguments are key=value, got {token!r}")

@@ -48,8 +48,7 @@ def _exit_if_orphaned(_trial=None) -> None:
 
 def _write(path: Path, record: dict[str, Any]) -> None:
     """The verdict file, written whole or not at all (the trainer reads it once the process ends)."""
-    from fast_td3.training.checkpoint import atomic_write_bytes
-    from fast_td3.training.metrics_log import json_safe
+    from fast_td3.files import atomic_write_bytes, json_safe
 
     text = json.dumps(json_safe(record), indent=1, allow_nan=False).encode()
     atomic_write_bytes(path, lambda f: f.write(text))

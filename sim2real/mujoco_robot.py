@@ -29,7 +29,7 @@ class T1Robot:
 
     def __init__(self, control: t1.T1Control, terrain: str = "flat",
                  draw: perturbations.TrialDraw | None = None, model: mujoco.MjModel | None = None) -> None:
-        from envs.playground.t1_lowdim import build_mj_model, initial_qpos
+        from envs.playground.t1_lowdim import build_mj_model, initial_qpos, sensor_indices
 
         if model is not None and draw is not None:
             raise ValueError("a perturbed trial changes its model: build it (model=None)")
@@ -54,7 +54,7 @@ class T1Robot:
         if draw is not None and (draw.link_mass is not None or draw.payload is not None):
             mujoco.mj_setConst(self.model, self.data)  # quantities derived from the masses
         mujoco.mj_forward(self.model, self.data)
-        self._local_linvel = sensor_slice(self.model, "local_linvel")
+        self._local_linvel = sensor_indices(self.model, "local_linvel")
 
     def projected_gravity(self) -> np.ndarray:
         return t1.imu_from_floating_base(np, self.data.qpos[3:7], self.data.qvel[3:6])[0]
@@ -90,9 +90,8 @@ class T1Robot:
             self._pending.append(np.asarray(actions))
             actions = self._pending.popleft()
         targets = t1.targets_from_actions(np, actions, self.control, self.default_pose)
-        alpha = self.control.target_filter
         for _ in range(self.control.decimation):
-            self.data.ctrl[:] = self.data.ctrl + alpha * (targets - self.data.ctrl)
+            self.data.ctrl[:] = t1.filtered_targets(self.data.ctrl, targets, self.control)
             mujoco.mj_step(self.model, self.data)
 
     def push_if_due(self, elapsed: float) -> dict[str, float] | None:
@@ -109,7 +108,3 @@ class T1Robot:
         return bool(self.data.qpos[2] < min_height or -self.projected_gravity()[2] < min_tilt_cos
                     or not np.isfinite(self.data.qpos).all())
 
-
-def sensor_slice(model: mujoco.MjModel, name: str) -> slice:
-    sensor = model.sensor(name)
-    return slice(model.sensor_adr[sensor.id], model.sensor_adr[sensor.id] + model.sensor_dim[sensor.id])

@@ -98,7 +98,15 @@ class Bundle:
             stiffness=tuple(common["stiffness"]), damping=tuple(common["damping"]),
             torque_limit=tuple(common["torque_limit"]), default_pose=tuple(common["default_qpos"]),
             action_scale=float(policy["control"]["action_scale"]), sim_dt=float(common["dt"]),
-            decimation=int(policy["control"]["decimation"]), target_filter=trained.target_filter)
+            decimation=int(policy["control"]["decimation"]), target_filter=trained.target_filter,
+            leg_action_scale=_optional_tuple(policy["control"].get("action_scales")),
+            action_low=_optional_tuple(policy["control"].get("action_low")),
+            action_high=_optional_tuple(policy["control"].get("action_high")))
+
+
+def _optional_tuple(values) -> tuple[float, ...] | None:
+    """T1.yaml's per-joint list as a tuple; None where a bundle older than action bounds has none."""
+    return None if values is None else tuple(float(v) for v in values)
 
 
 def load_bundle(folder: str | Path) -> Bundle:
@@ -165,6 +173,12 @@ def check_deploy_numbers(path: Path, deploy_yaml: dict[str, Any]) -> None:
     for key, value in scalars.items():
         if not number(value):
             raise BundleError(f"{path}: {key} is {value!r}, not a number")
+    for key in ("action_scales", "action_low", "action_high"):  # absent in bundles made before them
+        values = control.get(key)
+        if values is not None and (not isinstance(values, list) or len(values) != t1.NUM_LEG_JOINTS
+                                   or not all(number(v) for v in values)):
+            raise BundleError(f"{path}: policy.control.{key} needs {t1.NUM_LEG_JOINTS} numbers (one per leg joint, "
+                              f"SDK order 11-22), has {values!r}")
 
 
 def deploy_mismatches(bundle: Bundle) -> list[str]:
@@ -179,6 +193,13 @@ def deploy_mismatches(bundle: Bundle) -> list[str]:
             if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
                 problems.append(f"{name} of {t1.SDK_JOINT_NAMES[i]} (SDK {i}): trained with {a} {unit}, "
                                 f"T1.yaml has {b}")
+    for end, ours, theirs in zip(("action_scales", "action_low", "action_high"),
+                                 (trained.leg_scales(), *trained.action_bounds()),
+                                 (deployed.leg_scales(), *deployed.action_bounds())):
+        for name, a, b in zip(t1.LEG_JOINT_NAMES, ours, theirs):
+            if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
+                problems.append(f"{end} of {name}: trained with {a}, T1.yaml has {b} (the robot would turn the "
+                                "policy's actions into other targets than training did)")
     for name in ("action_scale", "sim_dt", "decimation"):
         if not math.isclose(getattr(trained, name), getattr(deployed, name), rel_tol=1e-9):
             problems.append(f"{name}: trained with {getattr(trained, name)}, T1.yaml has {getattr(deployed, name)}")

@@ -15,7 +15,7 @@ deploy-path emulation (`sim2real/deploy.py`) all call these; none re-derives the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # ------------------------------------------------------------------ joints (SDK order)
@@ -49,6 +49,18 @@ DEFAULT_POSE = (
 STIFFNESS = (20.0, 20.0) + (20.0,) * 8 + (200.0,) + (200.0, 200.0, 200.0, 200.0, 50.0, 50.0) * 2
 DAMPING = (0.2, 0.2) + (0.5,) * 8 + (5.0,) + (5.0, 5.0, 5.0, 5.0, 3.0, 3.0) * 2
 TORQUE_LIMIT = (7.0, 7.0) + (10.0,) * 8 + (30.0,) + (60.0, 25.0, 30.0, 60.0, 24.0, 15.0) * 2
+JOINT_RANGE = (
+    (-1.57, 1.57), (-0.35, 1.22),
+    (-3.31, 1.22), (-1.74, 1.57), (-2.27, 2.27), (-2.44, 0.0),
+    (-3.31, 1.22), (-1.57, 1.74), (-2.27, 2.27), (0.0, 2.44),
+    (-1.57, 1.57),
+    (-1.8, 1.57), (-0.2, 1.57), (-1.0, 1.0), (0.0, 2.34), (-0.87, 0.35), (-0.44, 0.44),
+    (-1.8, 1.57), (-1.57, 0.2), (-1.0, 1.0), (0.0, 2.34), (-0.87, 0.35), (-0.44, 0.44),
+)
+"""Each joint's range [rad], SDK order: the robot model's (tests/test_t1_contract.py pins them to it)."""
+ACTION_BOUNDS = ("none", "joint_limits")
+"""How leg actions map to targets: `action_scale` and ±1 for every joint, or each joint's scale from its
+range with its action bounded to keep the target inside it (`T1Control.joint_limits_bounds`)."""
 PREPARE = {
     # the deploy code's stand-up phase before the policy takes over (its `prepare` section; robot values)
     "stiffness": [5.0, 5.0, 40.0, 50.0, 20.0, 10.0, 40.0, 50.0, 20.0, 10.0, 100.0,
@@ -87,6 +99,12 @@ class T1Control:
     target_filter: float = 0.2
     """First-order filter on the PD targets at every physics step,
     `filtered += target_filter * (target - filtered)`; the deploy code applies 0.2 at 500 Hz (1.0: none)."""
+    leg_action_scale: tuple[float, ...] | None = None
+    """Scale per leg joint (SDK order 11-22) [rad per unit action]; None: `action_scale` for all."""
+    action_low: tuple[float, ...] | None = None
+    """Lowest action per leg joint (SDK order 11-22); None: -1."""
+    action_high: tuple[float, ...] | None = None
+    """Highest action per leg joint; None: +1."""
 
     @property
     def ctrl_dt(self) -> float:
@@ -95,6 +113,30 @@ class T1Control:
     def leg(self, values: tuple[float, ...]) -> list[float]:
         return [values[i] for i in LEG_SDK_INDICES]
 
+    def action_bounds(self) -> tuple[list[float], list[float]]:
+        """(low, high) of each leg action: what `targets_from_actions` clips to."""
+        low = list(self.action_low) if self.action_low is not None else [-1.0] * NUM_LEG_JOINTS
+        high = list(self.action_high) if self.action_high is not None else [1.0] * NUM_LEG_JOINTS
+        return low, high
+
+    def leg_scales(self) -> list[float]:
+        """Each leg joint's scale: what `targets_from_actions` multiplies its action by."""
+        return list(self.leg_action_scale) if self.leg_action_scale is not None else [self.action_scale] * NUM_LEG_JOINTS
+
+    def joint_limits_bounds(self) -> "T1Control":
+        """This control with each leg joint's scale following its range, as holosoma's action
+        boundaries do: scale = the default pose's larger distance to a stop, so ±1 spans the
+        whole range; and each action bounded where its target would pass the nearer stop, so
+        no target lies outside JOINT_RANGE."""
+        scales, low, high = [], [], []
+        for i in LEG_SDK_INDICES:
+            lower, upper = JOINT_RANGE[i]
+            scale = max(abs(lower - self.default_pose[i]), abs(upper - self.default_pose[i]))
+            scales.append(round(scale, 6))
+            low.append(round(max(-1.0, (lower - self.default_pose[i]) / scale), 6))
+            high.append(round(min(1.0, (upper - self.default_pose[i]) / scale), 6))
+        return replace(self, leg_action_scale=tuple(scales), action_low=tuple(low), action_high=tuple(high))
+
     def check(self) -> None:
         for name in ("stiffness", "damping", "torque_limit", "default_pose"):
             if len(getattr(self, name)) != NUM_JOINTS:
@@ -102,6 +144,16 @@ class T1Control:
                                  f"got {len(getattr(self, name))}")
         if not 0.0 < self.target_filter <= 1.0:
             raise ValueError(f"T1Control.target_filter must be in (0, 1], got {self.target_filter}")
+        low, high = self.action_bounds()
+        if len(self.leg_scales()) != NUM_LEG_JOINTS or not all(v > 0 for v in self.leg_scales()):
+            raise ValueError(f"T1Control.leg_action_scale needs {NUM_LEG_JOINTS} positive values, got "
+                             f"{self.leg_action_scale}")
+        if len(low) != NUM_LEG_JOINTS or len(high) != NUM_LEG_JOINTS:
+            raise ValueError(f"T1Control.action_low/action_high need {NUM_LEG_JOINTS} values (the legs, SDK order "
+                             f"11-22), got {len(low)} and {len(high)}")
+        for name, lo, hi in zip(LEG_JOINT_NAMES, low, high):
+            if not -1.0 <= lo < hi <= 1.0:
+                raise ValueError(f"T1Control action bounds of {name}: [{lo}, {hi}] must lie in [-1, 1], low < high")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -210,12 +262,81 @@ def projected_gravity_from_rpy(xp, roll, pitch, yaw):
 
 
 def targets_from_actions(xp, actions, control: T1Control, default_pose):
-    """23 PD targets (SDK order): defaults, with the legs at `default + action_scale * clip(a, ±1)`."""
+    """23 PD targets (SDK order): defaults, with the legs at `default + scale * clip(a, low, high)`
+    (`action_scale` and ±1 for every leg joint unless `action_bounds=joint_limits` set them per joint)."""
     legs = list(LEG_SDK_INDICES)
-    clipped = xp.clip(actions, -1.0, 1.0)
-    leg_targets = default_pose[..., legs] + control.action_scale * clipped
+    if control.action_low is None and control.action_high is None:
+        clipped = xp.clip(actions, -1.0, 1.0)
+    else:
+        low, high = control.action_bounds()
+        clipped = xp.clip(actions, xp.asarray(low), xp.asarray(high))
+    scale = control.action_scale if control.leg_action_scale is None else xp.asarray(control.leg_scales())
+    leg_targets = default_pose[..., legs] + scale * clipped
     return xp.concatenate([xp.broadcast_to(default_pose[..., :legs[0]], leg_targets.shape[:-1] + (legs[0],)),
                            leg_targets], axis=-1)
+
+
+# ------------------------------------------------------------------ left-right mirror
+# A mirror is `(index, sign)`: mirrored[..., i] = sign[i] * value[..., index[i]], the reflection
+# through the robot's sagittal (x-z) plane. The T1's left and right joints share their axes,
+# so a pitch joint keeps its angle on the other side while roll and yaw joints (axes x and z)
+# change sign; body-frame vectors keep x and z and negate y, rates negate x and z.
+Mirror = tuple[tuple[int, ...], tuple[float, ...]]
+
+_MIRROR_SIGN_JOINTS = ("Roll", "Yaw", "yaw", "Waist")
+
+
+def _side_swapped(name: str) -> str:
+    if name.startswith("Left_"):
+        return "Right_" + name[len("Left_"):]
+    if name.startswith("Right_"):
+        return "Left_" + name[len("Right_"):]
+    return name
+
+
+def joint_mirror(names: tuple[str, ...] = SDK_JOINT_NAMES) -> Mirror:
+    """The mirror of per-joint values (angles, rates, torques, actions) over `names`."""
+    index = tuple(names.index(_side_swapped(name)) for name in names)
+    sign = tuple(-1.0 if any(tag in name for tag in _MIRROR_SIGN_JOINTS) else 1.0 for name in names)
+    return index, sign
+
+
+VECTOR_MIRROR: Mirror = ((0, 1, 2), (1.0, -1.0, 1.0))
+"""A body-frame vector (gravity, linear velocity): y changes sign."""
+RATE_MIRROR: Mirror = ((0, 1, 2), (-1.0, 1.0, -1.0))
+"""A body-frame angular rate: roll and yaw rates change sign."""
+COMMAND_MIRROR: Mirror = ((0, 1, 2), (1.0, -1.0, -1.0))
+"""A joystick command (vx, vy, yaw rate): vy and the yaw rate change sign."""
+GAIT_PHASE_MIRROR: Mirror = ((0, 1), (-1.0, -1.0))
+"""[cos 2πφ, sin 2πφ]: the other foot leads, half a cycle on (φ + 1/2)."""
+
+
+def concat_mirrors(parts: list[Mirror]) -> Mirror:
+    """The mirror of a vector made of `parts` in order."""
+    index, sign, start = [], [], 0
+    for part_index, part_sign in parts:
+        index += [start + i for i in part_index]
+        sign += list(part_sign)
+        start += len(part_index)
+    return tuple(index), tuple(sign)
+
+
+def action_mirror() -> Mirror:
+    return joint_mirror(LEG_JOINT_NAMES)
+
+
+def observation_mirror() -> Mirror:
+    """The mirror of the 47-number observation, block by block (OBSERVATION_LAYOUT)."""
+    by_block = {"projected_gravity": VECTOR_MIRROR, "gyro": RATE_MIRROR, "command": COMMAND_MIRROR,
+                "gait_phase": GAIT_PHASE_MIRROR, "leg_joint_pos": action_mirror(),
+                "leg_joint_vel": action_mirror(), "last_action": action_mirror()}
+    return concat_mirrors([by_block[name] for name, _, _ in OBSERVATION_LAYOUT])
+
+
+def filtered_targets(ctrl, targets, control: T1Control):
+    """The PD targets after one physics step of the deploy code's first-order filter
+    (`control.target_filter`, at the PD rate): `ctrl + target_filter * (targets - ctrl)`."""
+    return ctrl + control.target_filter * (targets - ctrl)
 
 
 # ------------------------------------------------------------------ commands and gait
@@ -228,6 +349,9 @@ class CommandSpec:
     ang_vel_yaw: tuple[float, float] = (-1.0, 1.0)
     standing_probability: float = 0.1
     """Chance that a sampled command is exactly zero (stand still)."""
+    turn_probability: float = 0.0
+    """Chance that a (walking) sampled command is a turn in place, `(0, 0, yaw rate)`: drawn
+    jointly and uniformly, vx and vy are almost never both near zero while the robot turns."""
     resample_seconds: float = 10.0
     gait_frequency: tuple[float, float] = (1.0, 1.5)
     """Training samples one gait frequency per episode from this range [Hz]."""
@@ -235,6 +359,9 @@ class CommandSpec:
     """The single frequency the deploy configuration runs; must lie in `gait_frequency`."""
 
     def check(self) -> None:
+        for name in ("standing_probability", "turn_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"commands.{name} must be a probability in [0, 1], got {getattr(self, name)}")
         low, high = self.gait_frequency
         if not low <= self.deploy_gait_frequency <= high:
             raise ValueError(f"deploy_gait_frequency {self.deploy_gait_frequency} Hz lies outside the training range "
@@ -266,8 +393,9 @@ class DeploySpec:
                          f"{STANDING_COMMAND_NORM}, the command too (sim2real.t1.update_command_and_gait)",
                 "command_smoothing": "smoothed += clip(command - smoothed, ±ctrl_dt) every policy step",
             },
-            "action": {"size": NUM_LEG_JOINTS, "clip": 1.0,
-                       "targets": "default_pose[legs] + action_scale * clip(action, ±1)"},
+            "action": {"size": NUM_LEG_JOINTS, "clip": 1.0, "scale": self.control.leg_scales(),
+                       "low": self.control.action_bounds()[0], "high": self.control.action_bounds()[1],
+                       "targets": "default_pose[legs] + scale * clip(action, low, high)"},
             "commands": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.commands).items()},
         }
 
@@ -288,7 +416,10 @@ class DeploySpec:
                 "num_observations": OBSERVATION_SIZE,
                 "gait_frequency": self.commands.deploy_gait_frequency,
                 "normalization": deploy_normalization(),
-                "control": {"action_scale": c.action_scale, "decimation": c.decimation},
+                "control": {"action_scale": c.action_scale, "decimation": c.decimation,
+                            # per leg joint (SDK 11-22): target = default + scale * clip(action, low, high)
+                            "action_scales": c.leg_scales(), "action_low": c.action_bounds()[0],
+                            "action_high": c.action_bounds()[1]},
             },
             "mech": {"parallel_mech_indexes": list(PARALLEL_MECH_SDK_INDICES)},
             "prepare": {key: list(values) for key, values in PREPARE.items()},

@@ -57,19 +57,20 @@ def random_batch(num_obs, num_actions, batch_size, num_critic_obs=None, seed=0) 
 
 def fill_buffer(buffer: ReplayBuffer, steps: int, seed: int = 0) -> None:
     g = torch.Generator().manual_seed(seed)
-    e = buffer.num_envs
+    spec = buffer.spec
+    e = spec.num_envs
     for _ in range(steps):
         step = {
-            "observations": torch.randn(e, buffer.num_obs, generator=g),
-            "next_observations": torch.randn(e, buffer.num_obs, generator=g),
-            "actions": torch.rand(e, buffer.num_actions, generator=g) * 2 - 1,
+            "observations": torch.randn(e, spec.num_obs, generator=g),
+            "next_observations": torch.randn(e, spec.num_obs, generator=g),
+            "actions": torch.rand(e, spec.num_actions, generator=g) * 2 - 1,
             "rewards": torch.randn(e, generator=g),
             "terminated": torch.rand(e, generator=g) < 0.05,
             "truncated": torch.rand(e, generator=g) < 0.05,
         }
-        if buffer.num_critic_obs is not None:
-            step["critic_observations"] = torch.randn(e, buffer.num_critic_obs, generator=g)
-            step["next_critic_observations"] = torch.randn(e, buffer.num_critic_obs, generator=g)
+        if spec.num_critic_obs is not None:
+            step["critic_observations"] = torch.randn(e, spec.num_critic_obs, generator=g)
+            step["next_critic_observations"] = torch.randn(e, spec.num_critic_obs, generator=g)
         buffer.extend(TensorDict(step, batch_size=[e]))
 
 

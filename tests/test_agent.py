@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from fast_td3.learner.algorithms.base import LearningRateSchedule, bootstrap_mask, polyak_update_, target_distribution
+from fast_td3.learner.algorithms.losses import bootstrap_mask, target_distribution
+from fast_td3.learner.algorithms.optimization import LearningRateSchedule, polyak_update_
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3, actor_loss
 from fast_td3.learner.algorithms import make_algorithm
 from fast_td3.learner.networks import DistributionalCritic, project_distribution
@@ -102,7 +104,7 @@ def test_cosine_schedule_writes_into_the_tensor_learning_rate():
 )
 def test_actor_update_count_for_every_schedule(num_updates, policy_frequency):
     cfg = tiny_config(num_updates=num_updates, policy_frequency=policy_frequency)
-    agent = FastTD3(cfg, num_obs=4, num_actions=2)
+    agent = FastTD3(cfg, EnvSpec(num_obs=4, num_actions=2))
     batch = random_batch(4, 2, 16)
     global_steps = 7
     actor_changes = 0
@@ -125,8 +127,8 @@ def test_hot_loop_makes_no_host_sync(monkeypatch, algo):
     cfg = tiny_config(name=algo, policy_frequency=1, max_grad_norm=1.0, reward_normalization=True,
                       use_target_actor=True, n_step=3, layer_norm=algo == "fast_sac",
                       obs_normalization_source="replay" if algo == "fast_sac" else "collect")
-    agent = make_algorithm(cfg, num_obs=4, num_actions=2, num_critic_obs=6, num_envs=4)
-    buffer = ReplayBuffer(4, 8, 4, 2, num_critic_obs=6, n_step=3)
+    agent = make_algorithm(cfg, EnvSpec(num_envs=4, num_obs=4, num_critic_obs=6, num_actions=2))
+    buffer = ReplayBuffer(EnvSpec(num_envs=4, num_obs=4, num_critic_obs=6, num_actions=2), 8, n_step=3)
     fill_buffer(buffer, 3)
     obs, critic_obs = torch.randn(4, 4), torch.randn(4, 6)
     rewards, dones = torch.randn(4), torch.tensor([True, False, False, True])
@@ -150,7 +152,7 @@ def test_hot_loop_makes_no_host_sync(monkeypatch, algo):
 def test_grad_norm_clipping_bounds_the_step():
     batch = random_batch(4, 2, 64)
     batch["rewards"] *= 1000  # huge targets: huge gradients
-    clipped = FastTD3(tiny_config(max_grad_norm=1e-3, weight_decay=0.0), 4, 2)
+    clipped = FastTD3(tiny_config(max_grad_norm=1e-3, weight_decay=0.0), EnvSpec(num_obs=4, num_actions=2))
     metrics = clipped.update(batch)
     assert metrics["critic_grad_norm"] > 1e-3  # reported norm is the pre-clip one
     for p in clipped.critic.parameters():
@@ -159,7 +161,7 @@ def test_grad_norm_clipping_bounds_the_step():
 
 def _run_updates(cfg, batches, seed=0):
     torch.manual_seed(seed)
-    agent = FastTD3(cfg, num_obs=5, num_actions=3, num_critic_obs=8)
+    agent = FastTD3(cfg, EnvSpec(num_obs=5, num_critic_obs=8, num_actions=3)).compile_update()
     losses = []
     for i, batch in enumerate(batches):
         torch.manual_seed(100 + i)  # same smoothing noise in both runs
@@ -190,7 +192,7 @@ def test_compiled_update_matches_eager(precision, tol):
 
 def test_bf16_updates_stay_finite_on_large_values():
     cfg = tiny_config(precision="bf16", v_min=-250, v_max=250)
-    agent = FastTD3(cfg, num_obs=4, num_actions=2)
+    agent = FastTD3(cfg, EnvSpec(num_obs=4, num_actions=2))
     for seed in range(5):
         batch = random_batch(4, 2, 128, seed=seed)
         batch["observations"] *= 1e3
@@ -205,7 +207,7 @@ def test_training_state_round_trip_continues_identically(through_file, tmp_path)
     cfg = tiny_config(lr_schedule="cosine", critic_lr_end=1e-5, actor_lr_end=1e-5, policy_frequency=2)
     batches = [random_batch(4, 2, 32, seed=s) for s in range(6)]
     torch.manual_seed(0)
-    agent = FastTD3(cfg, 4, 2, total_critic_updates=10)
+    agent = FastTD3(cfg, EnvSpec(num_obs=4, num_actions=2), total_critic_updates=10)
     agent.update_normalizers(torch.randn(8, 4) * 3)
     for b in batches[:3]:
         agent.update(b)
@@ -214,7 +216,7 @@ def test_training_state_round_trip_continues_identically(through_file, tmp_path)
         torch.save(state, tmp_path / "state.pt")
         state = torch.load(tmp_path / "state.pt", weights_only=True)
     torch.manual_seed(1)
-    resumed = FastTD3(cfg, 4, 2, total_critic_updates=10)
+    resumed = FastTD3(cfg, EnvSpec(num_obs=4, num_actions=2), total_critic_updates=10)
     resumed.load_training_state(state)
     assert resumed.critic_updates == 3 and resumed.actor_updates == 1
     assert resumed.learning_rates() == agent.learning_rates()
@@ -228,7 +230,7 @@ def test_training_state_round_trip_continues_identically(through_file, tmp_path)
 
 
 def test_act_uses_the_observation_normaliser():
-    agent = FastTD3(tiny_config(), 4, 2)
+    agent = FastTD3(tiny_config(), EnvSpec(num_obs=4, num_actions=2))
     obs = torch.randn(16, 4) * 5 + 3
     agent.update_normalizers(obs)
     expected = agent.actor((obs - agent.obs_normalizer.mean) / (agent.obs_normalizer.std + 1e-2))
@@ -238,8 +240,9 @@ def test_act_uses_the_observation_normaliser():
 
 def test_cosine_schedule_without_a_length_is_refused():
     with pytest.raises(ValueError, match="schedule_updates"):
-        FastTD3(tiny_config(lr_schedule="cosine"), 4, 2)
-    assert FastTD3(tiny_config(lr_schedule="cosine", schedule_updates=10), 4, 2).critic_schedule.total == 10
+        FastTD3(tiny_config(lr_schedule="cosine"), EnvSpec(num_obs=4, num_actions=2))
+    agent = FastTD3(tiny_config(lr_schedule="cosine", schedule_updates=10), EnvSpec(num_obs=4, num_actions=2))
+    assert agent.critic_schedule.total == 10
 
 
 def test_invalid_config_names_the_field():
@@ -259,7 +262,7 @@ def test_scheduled_learning_rate_reaches_the_optimiser_step(compile_):
         compile=compile_, lr_schedule="cosine", schedule_updates=2, policy_frequency=1,
         critic_lr_end=0.0, actor_lr_end=0.0,
     )
-    agent = FastTD3(cfg, 4, 2)
+    agent = FastTD3(cfg, EnvSpec(num_obs=4, num_actions=2))
     batch = random_batch(4, 2, 32)
     first = [p.detach().clone() for p in agent.critic.parameters()]
     agent.update(batch)

@@ -10,7 +10,7 @@ import torch
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.analysis.evaluate_checkpoint import evaluate_checkpoint, load_checkpoint, load_policy
 from fast_td3.training.metrics_log import read_metrics
-from fast_td3.training.run_state import CheckpointMismatchError
+from fast_td3.training.checkpoint import CheckpointMismatchError
 from helpers import make_runner, tiny_train_config
 
 SAC = dict(name="fast_sac", activation="silu", layer_norm=True, use_cdq=False)
@@ -62,7 +62,7 @@ def test_fast_sac_exports_and_evaluates_like_fast_td3(sac_run, tmp_path):
     assert meta["policy"]["algorithm"] == "fast_sac"
     _, checkpoint, cfg = load_checkpoint(path)
     agent = load_policy(checkpoint, cfg, torch.device("cpu"))
-    obs = torch.randn(32, agent.num_obs) * 2
+    obs = torch.randn(32, agent.spec.num_obs) * 2
     torch.testing.assert_close(policy(obs), agent.act(obs), rtol=1e-5, atol=1e-5)  # mean through tanh
     assert evaluate_checkpoint(path, episodes=2)["episodes"] == 2
 

@@ -347,7 +347,7 @@ def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
 
 
 def test_run_folder_names_are_claimed_atomically(tmp_path):
-    from fast_td3.training.train import claim_run_dir
+    from fast_td3.training.run_folder import claim_run_dir
 
     stamp = "2026-12-01_12-00-00"
     claimed = [claim_run_dir(tmp_path, stamp, 3) for _ in range(3)]

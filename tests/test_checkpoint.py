@@ -6,6 +6,7 @@ import errno
 import pytest
 import torch
 
+from fast_td3 import files
 from fast_td3.training import checkpoint as ckpt
 
 
@@ -91,7 +92,7 @@ def test_a_full_disk_at_a_save_names_enospc_and_keeps_the_last_good_checkpoint(t
     manager = ckpt.CheckpointManager(tmp_path, keep=2)
     manager.save(state_of(10), 10)
     real_open = builtins.open
-    monkeypatch.setattr(ckpt, "open", lambda path, mode="r", *a, **k: (
+    monkeypatch.setattr(files, "open", lambda path, mode="r", *a, **k: (
         FullDisk(real_open(path, mode, *a, **k), 4096) if "w" in mode else real_open(path, mode, *a, **k)),
         raising=False)
     with pytest.raises(ckpt.CheckpointWriteError) as failed:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
@@ -80,7 +81,7 @@ def test_mistyped_key_is_named_with_a_suggestion(tmp_path):
 
 
 def test_hydra_syntax_passes_the_friendly_checks():
-    from fast_td3.training.train import check_command_line
+    from fast_td3.training.cli_checks import check_command_line
 
     for fine in (["hydra/job_logging=disabled"], ["task=choice(Hopper-v5,Ant-v5)"], ["task=glob(*)"],
                  ["+env.options.env_kwargs.ctrl_cost_weight=0"], ["task=Hopper-v5,Ant-v5", "seed=1,2"],
@@ -113,6 +114,10 @@ def test_train_then_eval_prints_one_json_line(tmp_path):
     # the precision actually used, and why, is printed and recorded with the run
     assert "Precision: fp32 (set explicitly)" in result.stdout
     assert "precision: fp32\n" in (run_dir / "config.yaml").read_text().split("resolved:")[1]
+    # ...with the CPU it trained on (scripts/recipe_table.py reads it)
+    from fast_td3.learner.precision import cpu_model
+
+    assert OmegaConf.load(run_dir / "config.yaml").resolved.cpu == cpu_model()
     records = read_metrics(run_dir)
     evals = [(r["step"], r["eval/return_mean"]) for r in records if "eval/return_mean" in r]
     assert [step for step, _ in evals] == [20, 40]
@@ -328,6 +333,29 @@ def test_sigterm_to_the_process_group_stops_cleanly_after_a_whole_step(tmp_path)
     assert ckpt.load(ckpt.CheckpointManager(tmp_path / "run").latest())["global_step"] == step + 10
 
 
+def test_main_ends_each_error_with_its_exit_code_from_one_table():
+    """docs/resume.md, "Exit codes": the first row of `train.exit_table` that matches decides;
+    an error of ours matches none (Python's 1, with its traceback)."""
+    from envs.registry import UnknownTaskError
+    from fast_td3.learner.config import ConfigError
+    from fast_td3.learner.device import DeviceError
+    from fast_td3.training.guards import NonFiniteObservationError, TrainingStopped
+    from fast_td3.training.run_folder import StoppedBeforeTraining
+    from fast_td3.training.train import BY_SIGNAL, exit_table
+
+    def code(error):
+        return next((code for errors, code, _ in exit_table() if isinstance(error, errors)), 1)
+
+    assert code(NonFiniteObservationError("nan")) == 3
+    for error in (ConfigError("x"), UnknownTaskError("x"), DeviceError("x"), FileNotFoundError("x"),
+                  ckpt.CheckpointError("x"), ckpt.CheckpointMismatchError("x")):
+        assert code(error) == 2, error
+    assert code(ckpt.CheckpointWriteError("No space left on device")) == 4
+    assert code(TrainingStopped(7, Path("step_7.pt"), signal.SIGTERM)) is BY_SIGNAL
+    assert code(StoppedBeforeTraining(signal.SIGTERM)) is code(KeyboardInterrupt()) is BY_SIGNAL
+    assert code(RuntimeError("a bug")) == code(OSError("not ours to explain")) == 1
+
+
 def test_eval_writes_a_video_of_the_first_episode(tmp_path, finished_run):
     import imageio.v3 as imageio
 
@@ -402,7 +430,7 @@ def test_reward_scales_reach_training_envs_but_not_evaluation():
 
 
 def test_keys_below_free_form_dicts_are_added_for_the_user():
-    from fast_td3.training.train import add_to_free_form_dicts
+    from fast_td3.training.train_cli import add_to_free_form_dicts
 
     assert add_to_free_form_dicts("env.reward_scales.pose=-1") == "++env.reward_scales.pose=-1"
     assert add_to_free_form_dicts("env.options.impl=warp") == "++env.options.impl=warp"

@@ -125,18 +125,15 @@ def test_sigusr2_asks_for_a_stop_and_then_reaches_the_schedulers_handler(capsys)
     """During training SIGUSR2 only sets the stop flag (the runner checkpoints after the step);
     afterwards the handler found before (submitit's) is back, and the stop hands it the signal.
     A SIGTERM stop is not handed on (scancel means stop), nor is SIGUSR2 without a handler."""
-    from types import SimpleNamespace
-
-    from fast_td3.training.guards import stop_signals_set_flag
+    from fast_td3.training.guards import stop_signals
 
     received = []
     previous = signal.signal(signal.SIGUSR2, lambda signum, frame: received.append(signum))
     try:
-        runner = SimpleNamespace(stop_requested=0)
-        with stop_signals_set_flag(runner):
+        with stop_signals() as stop_request:
             os.kill(os.getpid(), signal.SIGUSR2)
             time.sleep(0.01)  # Python runs the handler between bytecodes
-        assert runner.stop_requested == signal.SIGUSR2 and received == []
+        assert stop_request.signum == signal.SIGUSR2 and received == []
         cluster.hand_back_preemption(signal.SIGTERM)
         assert received == []
         cluster.hand_back_preemption(signal.SIGUSR2)

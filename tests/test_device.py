@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from fast_td3.learner.device import DeviceError, resolve_device
+from envs.protocol import EnvSpec
 from fast_td3.learner.replay import ReplayBuffer
 
 
@@ -9,7 +10,7 @@ def test_auto_picks_cuda_only_when_present():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected
     assert resolve_device(None).type == expected
-    assert ReplayBuffer(2, 4, 3, 1).device.type == expected
+    assert ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 4).device.type == expected
     assert resolve_device("cpu") == torch.device("cpu")
 
 

@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 from helpers import random_batch, tiny_config
 
 from fast_td3.training import distributed
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,8 @@ def _free_port() -> int:
 
 def _agent() -> FastTD3:
     torch.manual_seed(0)
-    return FastTD3(tiny_config(**ALGO), NUM_OBS, NUM_ACTIONS, NUM_CRITIC_OBS, device="cpu")
+    spec = EnvSpec(num_obs=NUM_OBS, num_critic_obs=NUM_CRITIC_OBS, num_actions=NUM_ACTIONS)
+    return FastTD3(tiny_config(**ALGO), spec, device="cpu")
 
 
 def _observations(rank: int) -> torch.Tensor:

@@ -26,7 +26,8 @@ from envs.humanoid_bench import GaitSignals, HumanoidBenchVecEnv, OwnGlobalRando
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
 from fast_td3.analysis import gait_metrics as gm
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
-from fast_td3.training.train import CONF_DIR, check_command_line
+from fast_td3.training.cli_checks import check_command_line
+from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
 HAVE_HUMANOID_BENCH = importlib.util.find_spec("humanoid_bench") is not None
 needs_humanoid_bench = pytest.mark.skipif(

@@ -207,7 +207,7 @@ def test_training_on_isaac_lab_makes_one_simulation_per_process(tmp_path, monkey
     separate eval envs for it (the fake refuses a second one as Isaac Lab does)."""
     import envs.isaaclab as isaaclab
     import envs.registry as registry
-    from fast_td3.training.train import build_and_train
+    from fast_td3.training.compose import build_and_train
 
     made = []
     monkeypatch.setattr(FakeManagerBasedRLEnv, "live", 0)  # other tests leave fakes open
@@ -338,7 +338,7 @@ def test_render_frames_of_env_zero():
 
 def test_suite_presets_compose_with_the_reference_overrides():
     from hydra import compose, initialize_config_dir
-    from fast_td3.training.train import CONF_DIR
+    from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         lift = compose("train", ["task=Isaac-Lift-Cube-Franka-v0"])

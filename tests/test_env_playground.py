@@ -278,7 +278,7 @@ def test_made_through_the_registry_with_a_clear_error_for_unknown_options():
 
 
 def test_every_playground_task_has_a_preset_and_every_preset_is_a_task():
-    from fast_td3.training.train import task_suites
+    from fast_td3.training.cli_checks import task_suites
 
     presets = {task for task, suite in task_suites().items() if suite == "playground"}
     assert presets == set(tasks())

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fast_td3.analysis import gait_metrics as gm
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
 from fast_td3.analysis.diagnostics import critic_calibration, diagnostics_path, load_eval_diagnostics
 from fast_td3.training.metrics_log import read_metrics
@@ -85,7 +86,8 @@ def test_eval_logs_gait_metrics_and_writes_calibration_samples(tmp_path):
 
 @pytest.mark.parametrize("use_cdq", [True, False])
 def test_value_is_the_min_or_mean_of_the_twin_heads_in_reward_units(use_cdq):
-    agent = FastTD3(tiny_config(use_cdq=use_cdq, reward_normalization=True), 3, 2, num_envs=4, device="cpu")
+    spec = EnvSpec(num_envs=4, num_obs=3, num_actions=2)
+    agent = FastTD3(tiny_config(use_cdq=use_cdq, reward_normalization=True), spec, device="cpu")
     agent.update_normalizers(torch.randn(4, 3), rewards=torch.full((4,), 2.0), dones=torch.zeros(4, dtype=torch.bool))
     obs, actions = torch.randn(5, 3), torch.rand(5, 2) * 2 - 1
     heads = agent.critic.expected_value(agent.critic(agent.obs_normalizer(obs), actions))

@@ -17,6 +17,7 @@ onnxruntime = pytest.importorskip("onnxruntime")
 
 import sim2real.t1  # noqa: E402
 import sim2real.export  # noqa: E402
+from fast_td3 import files  # noqa: E402
 from fast_td3.training import checkpoint as ckpt  # noqa: E402
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
 from helpers import make_runner, tiny_train_config  # noqa: E402
@@ -183,8 +184,8 @@ def test_force_replaces_a_bundle_and_a_failed_export_leaves_the_old_one(run_dir,
         written.append(path)
         real_write(path, writer)
 
-    real_write = ckpt.atomic_write_bytes
-    monkeypatch.setattr(ckpt, "atomic_write_bytes", dies_on_the_second_file)
+    real_write = files.atomic_write_bytes
+    monkeypatch.setattr(files, "atomic_write_bytes", dies_on_the_second_file)
     with pytest.raises(KeyboardInterrupt):
         export_bundle(run_dir, out, force=True)
     assert written  # the export was interrupted with one file written
@@ -278,6 +279,7 @@ def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
     """`sim2real.export.t1_bundle_extras` itself, on a checkpoint saved the way the runner saves one."""
     from dataclasses import asdict
 
+    from envs.protocol import EnvSpec
     from fast_td3.learner.algorithms.fast_td3 import FastTD3
     from fast_td3.training.config import EnvConfig, TrainConfig
     from helpers import tiny_config
@@ -286,7 +288,7 @@ def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
                       algo=tiny_config(), device="cpu")
     expected = sim2real.export.t1_bundle_extras(cfg)
     num_obs, num_actions = expected["meta"]["observation"]["size"], expected["meta"]["action"]["size"]
-    agent = FastTD3(cfg.algo, num_obs, num_actions, None, 2, "cpu")
+    agent = FastTD3(cfg.algo, EnvSpec(num_envs=2, num_obs=num_obs, num_critic_obs=None, num_actions=num_actions), "cpu")
     state = {"global_step": 123, "agent": agent.training_state(), "config": asdict(cfg),
              "env": {"num_envs": 2, "num_obs": num_obs, "num_critic_obs": None, "num_actions": num_actions}}
     ckpt.CheckpointManager(tmp_path / "run").save(state, 123)

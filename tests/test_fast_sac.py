@@ -7,9 +7,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms import make_algorithm
 from fast_td3.learner.algorithms.fast_sac import FastSAC, soft_rewards, temperature_loss
-from fast_td3.learner.algorithms.base import target_distribution
+from fast_td3.learner.algorithms.losses import target_distribution
 from fast_td3.learner.networks import DistributionalCritic, GaussianActor, project_distribution, tanh_gaussian_sample
 from fast_td3.learner.replay import ReplayBuffer
 from helpers import assert_updates_continue_identically, random_batch, tiny_sac_config
@@ -74,7 +75,8 @@ def test_temperature_moves_towards_the_target_entropy(target, direction):
     """The initial policy's entropy per dimension is about 0.5 * log(2 pi e) - 2.5 - (tanh term),
     far above -10 and far below +10: alpha must fall in the first case and rise in the second."""
     torch.manual_seed(0)
-    agent = FastSAC(tiny_sac_config(fast_sac={"target_entropy_per_action": target, "alpha_init": 0.1}), 4, 2)
+    cfg = tiny_sac_config(fast_sac={"target_entropy_per_action": target, "alpha_init": 0.1})
+    agent = FastSAC(cfg, EnvSpec(num_obs=4, num_actions=2))
     before = agent.log_alpha.exp().item()
     for seed in range(3):
         metrics = agent.update(random_batch(4, 2, 64, seed=seed))
@@ -94,7 +96,8 @@ def test_temperature_loss_gradient_sign():
 
 
 def test_fixed_temperature_stays():
-    agent = FastSAC(tiny_sac_config(fast_sac={"learn_alpha": False, "alpha_init": 0.2}), 4, 2)
+    cfg = tiny_sac_config(fast_sac={"learn_alpha": False, "alpha_init": 0.2})
+    agent = FastSAC(cfg, EnvSpec(num_obs=4, num_actions=2))
     for seed in range(2):
         agent.update(random_batch(4, 2, 32, seed=seed))
     assert agent.log_alpha.exp().item() == pytest.approx(0.2)
@@ -102,7 +105,7 @@ def test_fixed_temperature_stays():
 
 def _run(cfg, batches, num_critic_obs=8):
     torch.manual_seed(0)
-    agent = make_algorithm(cfg, 5, 3, num_critic_obs)
+    agent = make_algorithm(cfg, EnvSpec(num_obs=5, num_critic_obs=num_critic_obs, num_actions=3))
     losses = []
     for i, batch in enumerate(batches):
         torch.manual_seed(100 + i)  # the same policy samples in both runs
@@ -133,13 +136,13 @@ def test_training_state_round_trip_with_the_temperature(tmp_path):
     cfg = tiny_sac_config(fast_sac={"alpha_init": 0.05, "target_entropy_per_action": -5.0})
     batches = [random_batch(4, 2, 32, seed=s) for s in range(6)]
     torch.manual_seed(0)
-    agent = FastSAC(cfg, 4, 2)
+    agent = FastSAC(cfg, EnvSpec(num_obs=4, num_actions=2))
     for b in batches[:3]:
         agent.update(b)
     torch.save(agent.training_state(), tmp_path / "state.pt")
     state = torch.load(tmp_path / "state.pt", weights_only=True)
     torch.manual_seed(1)
-    resumed = FastSAC(cfg, 4, 2)
+    resumed = FastSAC(cfg, EnvSpec(num_obs=4, num_actions=2))
     resumed.load_training_state(state)
     assert resumed.log_alpha.item() == agent.log_alpha.item() != math.log(0.05)
     assert resumed.alpha_optimizer.state[resumed.log_alpha]["exp_avg"].abs().sum() > 0
@@ -147,7 +150,7 @@ def test_training_state_round_trip_with_the_temperature(tmp_path):
 
 
 def test_observation_statistics_from_replay_batches():
-    agent = FastSAC(tiny_sac_config(obs_normalization_source="replay"), 4, 2)
+    agent = FastSAC(tiny_sac_config(obs_normalization_source="replay"), EnvSpec(num_obs=4, num_actions=2))
     agent.update_normalizers(torch.randn(8, 4) + 100)  # collection no longer feeds them
     assert agent.obs_normalizer.count.item() == 0
     batch = random_batch(4, 2, 32)
@@ -167,8 +170,8 @@ def test_bandit_policy_mean_finds_the_optimal_action():
     cfg = tiny_sac_config(v_min=-6.0, v_max=2.0, num_atoms=51, batch_size=256, buffer_size=64,
                           weight_decay=0.0, actor_lr=1e-3, critic_lr=1e-3,
                           fast_sac={"target_entropy_per_action": -2.0, "alpha_init": 0.01, "alpha_lr": 1e-3})
-    agent = FastSAC(cfg, NUM_OBS, NUM_ACTIONS, num_envs=NUM_ENVS)
-    buffer = ReplayBuffer(NUM_ENVS, cfg.buffer_size, NUM_OBS, NUM_ACTIONS)
+    agent = FastSAC(cfg, EnvSpec(num_envs=NUM_ENVS, num_obs=NUM_OBS, num_actions=NUM_ACTIONS))
+    buffer = ReplayBuffer(EnvSpec(num_envs=NUM_ENVS, num_obs=NUM_OBS, num_actions=NUM_ACTIONS), cfg.buffer_size)
     obs = torch.rand(NUM_ENVS, NUM_OBS) * 2 - 1
     done = torch.ones(NUM_ENVS, dtype=torch.bool)
     for step in range(250):  # the error is about 0.03 by then (0.4 after 50 steps)

@@ -8,9 +8,10 @@ import pytest
 import torch
 from helpers import fill_buffer, make_runner, tiny_train_config
 
-from fast_td3.learner import batch as keys
+from fast_td3.learner import transition_keys as keys
 from fast_td3.training.guards import FiniteGuard
 from fast_td3.analysis.hot_path import OpCounter, count_global_steps
+from envs.protocol import EnvSpec
 from fast_td3.learner.replay import ReplayBuffer
 
 # Launch budgets per steady-state global step outside the env and the update, measured with
@@ -75,7 +76,7 @@ def test_the_guard_latches_the_first_bad_step_env_and_field_without_a_sync():
 
 
 def test_skipped_writes_are_never_sampled_and_rewind_restores_the_buffer():
-    buffer = ReplayBuffer(num_envs=2, capacity_per_env=8, num_obs=3, num_actions=1, n_step=2, gamma=0.5, device="cpu")
+    buffer = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 8, n_step=2, gamma=0.5, device="cpu")
     fill_buffer(buffer, 3, seed=1)
     before = buffer._storage.clone()
     step = {k: buffer._storage[k][:, 0].clone() + 100 for k in (keys.OBS, keys.NEXT_OBS, keys.ACTIONS, keys.REWARDS)}
@@ -95,7 +96,7 @@ def test_skipped_writes_are_never_sampled_and_rewind_restores_the_buffer():
 
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_sample_many_draws_independent_env_balanced_batches_in_one_gather(n_step):
-    buffer = ReplayBuffer(num_envs=4, capacity_per_env=50, num_obs=3, num_actions=2, n_step=n_step, device="cpu")
+    buffer = ReplayBuffer(EnvSpec(num_envs=4, num_obs=3, num_actions=2), 50, n_step=n_step, device="cpu")
     fill_buffer(buffer, 30, seed=2)
     many = buffer.sample_many(32, 3, generator=torch.Generator().manual_seed(5))
     assert len(many) == 3 and all(b.batch_size == torch.Size([32]) for b in many)
@@ -108,7 +109,7 @@ def test_sample_many_draws_independent_env_balanced_batches_in_one_gather(n_step
 
 
 def test_one_step_sampling_matches_the_stored_transition():
-    buffer = ReplayBuffer(num_envs=2, capacity_per_env=4, num_obs=1, num_actions=1, n_step=1, gamma=0.9, device="cpu")
+    buffer = ReplayBuffer(EnvSpec(num_envs=2, num_obs=1, num_actions=1), 4, n_step=1, gamma=0.9, device="cpu")
     for t in range(6):  # wraps: slots hold steps 2..5
         buffer.extend({keys.OBS: torch.tensor([[t], [10.0 + t]]), keys.NEXT_OBS: torch.tensor([[t + 1.0], [11.0 + t]]),
                        keys.ACTIONS: torch.zeros(2, 1), keys.REWARDS: torch.tensor([t, -t], dtype=torch.float32),
@@ -124,7 +125,7 @@ def test_one_step_sampling_matches_the_stored_transition():
 
 
 def test_a_constant_learning_rate_is_not_rewritten_every_update(monkeypatch):
-    from fast_td3.learner.algorithms.base import LearningRateSchedule
+    from fast_td3.learner.algorithms.optimization import LearningRateSchedule
 
     writes = []
     monkeypatch.setattr(LearningRateSchedule, "_write", lambda self, lr: writes.append(lr))
@@ -179,8 +180,8 @@ def test_the_compiled_update_stops_compiling_after_its_variants(algo):
     torch._dynamo.reset()
     cfg = tiny_config(compile=True, batch_size=32)
     cfg.name = algo
-    agent = make_algorithm(cfg, 5, 2, None, 4, "cpu")
-    buffer = ReplayBuffer(num_envs=4, capacity_per_env=20, num_obs=5, num_actions=2, device="cpu")
+    agent = make_algorithm(cfg, EnvSpec(num_envs=4, num_obs=5, num_critic_obs=None, num_actions=2), "cpu")
+    buffer = ReplayBuffer(EnvSpec(num_envs=4, num_obs=5, num_actions=2), 20, device="cpu")
     fill_buffer(buffer, 10)
     batches = buffer.sample_many(32, 12, generator=torch.Generator().manual_seed(0))
     for batch in batches[:4]:  # every variant compiled: actor off and on

@@ -93,10 +93,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_learner_imports_nothing_from_the_application():
+    """...nor any simulator: from `envs` only the contract (`envs.protocol`: its `EnvSpec`)."""
     graph = import_graph()
     for name, targets in graph.items():
         if name.startswith("fast_td3.learner"):
-            outside = {t for t in targets if not t.startswith("fast_td3.learner") and t != "fast_td3"}
+            outside = {t for t in targets if not t.startswith("fast_td3.learner") and t not in ("fast_td3", "envs.protocol")}
             assert not outside, f"{name} imports {sorted(outside)}"
 
 
@@ -122,3 +123,70 @@ def test_no_module_shadows_the_standard_library():
 
     shadowing = {name for name in project_modules() if name.rsplit(".", 1)[-1] in sys.stdlib_module_names}
     assert not shadowing, shadowing
+
+
+MAX_MODULE_LINES = 450
+"""No module of the packages longer than this: a longer one is several concerns (split it by concern)."""
+
+
+def test_no_module_is_longer_than_the_bound():
+    long = {name: n for name, path in project_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def package_of(module: str, modules: dict[str, Path]) -> str:
+    """The package a module belongs to: itself for a package's `__init__`, else its parent."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(path: Path, modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """(module, name) of every private name `path` takes from a project module: `from m import
+    _name`, or `m._name` where `m` names a module this file imported (`import m`, `import m as
+    x`, `from p import m`); a private module (`from p import _m`) counts as a private name of `p`."""
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}  # a local name -> the project module it stands for
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0:
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                if target in modules:
+                    aliases[alias.asname or alias.name] = target
+                if is_private(alias.name):
+                    found.add((node.module, alias.name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            owner = ast.unparse(node.value)
+            module = aliases.get(owner, owner if owner in modules else None)
+            if module is not None:
+                found.add((module, node.attr))
+    return found
+
+
+def test_no_private_name_is_imported_across_packages():
+    """A helper that another package needs is public, in a home both may import (e.g.
+    fast_td3/files.py); private names stay inside their package (fast_td3.learner,
+    fast_td3.training, envs.playground, sim2real, ...). Tests may reach in; the packages may not."""
+    modules = project_modules()
+    crossing = sorted(
+        f"{name} takes {module}.{private}"
+        for name, path in modules.items()
+        for module, private in private_imports(path, modules)
+        if package_of(module, modules) != package_of(name, modules)
+    )
+    assert not crossing, crossing
+
+
+def test_the_private_import_check_sees_both_spellings(tmp_path):
+    modules = {"a.b": tmp_path / "b.py", "c.d": tmp_path / "d.py"}
+    (tmp_path / "d.py").write_text("from a.b import _x, y\nimport a.b as m\nm._z()\nm.__doc__\n")
+    assert private_imports(tmp_path / "d.py", modules) == {("a.b", "_x"), ("a.b", "_z")}

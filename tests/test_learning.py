@@ -9,6 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
 from fast_td3.learner.exploration import PerEnvGaussianNoise
 from fast_td3.learner.replay import ReplayBuffer
@@ -59,8 +60,8 @@ def test_bandit_critic_learns_true_q_and_actor_the_optimal_action(precision, com
         std_min=0.05, std_max=0.6, policy_noise=0.05, num_updates=2, policy_frequency=2,
         weight_decay=0.0, actor_lr=1e-3, critic_lr=1e-3, precision=precision, compile=compile_,
     )
-    agent = FastTD3(cfg, NUM_OBS, NUM_ACTIONS)
-    buffer = ReplayBuffer(NUM_ENVS, cfg.buffer_size, NUM_OBS, NUM_ACTIONS)
+    agent = FastTD3(cfg, EnvSpec(num_obs=NUM_OBS, num_actions=NUM_ACTIONS))
+    buffer = ReplayBuffer(EnvSpec(num_envs=NUM_ENVS, num_obs=NUM_OBS, num_actions=NUM_ACTIONS), cfg.buffer_size)
 
     def one_step_episode(obs, actions):
         done = torch.ones(NUM_ENVS, dtype=torch.bool)
@@ -92,8 +93,9 @@ def test_value_bootstraps_through_time_outs_but_not_terminations():
             gamma=0.9, n_step=3, v_min=-1.0, v_max=15.0, num_atoms=51, batch_size=256,
             buffer_size=64, weight_decay=0.0, critic_lr=1e-3,
         )
-        agent = FastTD3(cfg, NUM_OBS, NUM_ACTIONS)
-        buffer = ReplayBuffer(NUM_ENVS, cfg.buffer_size, NUM_OBS, NUM_ACTIONS, n_step=cfg.n_step, gamma=cfg.gamma)
+        agent = FastTD3(cfg, EnvSpec(num_obs=NUM_OBS, num_actions=NUM_ACTIONS))
+        spec = EnvSpec(num_envs=NUM_ENVS, num_obs=NUM_OBS, num_actions=NUM_ACTIONS)
+        buffer = ReplayBuffer(spec, cfg.buffer_size, n_step=cfg.n_step, gamma=cfg.gamma)
 
         def constant_reward(obs, actions):
             ended = torch.rand(NUM_ENVS) < 0.2

@@ -17,6 +17,19 @@ def test_jsonl_records_step_env_steps_and_metrics(tmp_path):
     assert record["loss/critic"] == 1.5 and record["q/mean"] is None  # strict JSON, no NaN literal
 
 
+def test_a_resumed_run_continues_its_clock(tmp_path):
+    """"time" is the run's wall time over its sessions, so "time to a gate pass" survives a resume."""
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 10, "env_steps": 80, "time": 100.0}, {"step": 20, "env_steps": 160, "time": 240.0},
+        {"step": 30, "env_steps": 240, "time": 380.0})))
+    logger = MetricsLogger(LoggerConfig(console=False), tmp_path, {}, "T", total_steps=40, start_step=20, num_envs=8)
+    logger.log(21, {"loss/critic": 1.0})
+    logger.close()
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == [10, 20, 21]  # the repeated steps dropped
+    assert 240.0 <= records[-1]["time"] < 250.0
+
+
 def test_tensorboard_writes_event_files(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -158,7 +171,7 @@ def test_eta_follows_a_change_of_rate_within_its_window():
 
 
 def test_json_safe_writes_non_finite_metrics_as_null():
-    from fast_td3.training.metrics_log import json_safe
+    from fast_td3.files import json_safe
 
     value = {"gait": {"foot_slip": float("nan"), "rates": [float("inf"), 0.5]}, "task": "T1", "step": 3}
     assert json_safe(value) == {"gait": {"foot_slip": None, "rates": [None, 0.5]}, "task": "T1", "step": 3}

@@ -11,6 +11,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from fast_td3.learner import precision as precision_module
+from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
 from fast_td3.learner.config import AlgoConfig, ConfigError
 from fast_td3.training.config import register_configs
@@ -97,7 +98,7 @@ def test_the_probe_reports_fp32_time_over_bf16_time(monkeypatch):
 def test_the_default_is_auto_and_the_learner_applies_the_resolution():
     assert AlgoConfig().precision == "auto"
     agent = FastTD3(AlgoConfig(precision="auto", compile=False, batch_size=8, actor_hidden_dims=[8],
-                               critic_hidden_dims=[8], buffer_size=16), num_obs=3, num_actions=2, device="cpu")
+                               critic_hidden_dims=[8], buffer_size=16), EnvSpec(num_obs=3, num_actions=2), device="cpu")
     assert agent.precision == resolve_precision("auto", "cpu")
     dtype_in_update = {True: torch.bfloat16, False: torch.float32}[agent.precision.bf16]
     with agent._autocast():
@@ -179,7 +180,7 @@ def test_reward_normaliser_bound_comes_from_the_support():
     assert return_bound_of_support(0, 100) == 100  # an end at zero: the other end
     agent = FastTD3(AlgoConfig(precision="fp32", compile=False, batch_size=8, actor_hidden_dims=[8],
                                critic_hidden_dims=[8], buffer_size=16, reward_normalization=True,
-                               v_min=-1000, v_max=1000), num_obs=3, num_actions=2, num_envs=2, device="cpu")
+                               v_min=-1000, v_max=1000), EnvSpec(num_envs=2, num_obs=3, num_actions=2), device="cpu")
     assert agent.reward_normalizer.g_max == 1000
     # behaviour: steady returns near 500 (std ~4) normalise to ~125 under the support's bound
     # (inside a +-1000 support); a fixed g_max of 10 squeezed them to <= 10

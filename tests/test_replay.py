@@ -6,6 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from envs.protocol import EnvSpec
 from fast_td3.learner.replay import ReplayBuffer
 
 
@@ -71,7 +72,7 @@ def brute_force_nstep(stream, env, t, newest, n, gamma):
 def test_nstep_matches_brute_force(capacity, steps, n_step):
     num_envs, gamma = 4, 0.9
     stream = random_stream(num_envs, steps, 5, 2, seed=capacity + steps + n_step)
-    buffer = ReplayBuffer(num_envs, capacity, 5, 2, n_step=n_step, gamma=gamma)
+    buffer = ReplayBuffer(EnvSpec(num_envs=num_envs, num_obs=5, num_actions=2), capacity, n_step=n_step, gamma=gamma)
     for step in stream:
         buffer.extend(as_td(step))
     assert len(buffer) == min(steps, capacity)
@@ -112,7 +113,7 @@ def hand_stream(terminated_at=None, truncated_at=None):
 
 
 def first_transition(stream, n_step=3, gamma=0.5):
-    buffer = ReplayBuffer(1, 10, 1, 1, n_step=n_step, gamma=gamma)
+    buffer = ReplayBuffer(EnvSpec(num_envs=1, num_obs=1, num_actions=1), 10, n_step=n_step, gamma=gamma)
     for step in stream:
         buffer.extend(as_td(step))
     return buffer.gather(torch.zeros(1, 1, dtype=torch.long))[0]
@@ -141,7 +142,7 @@ def test_known_answer_full_window_and_write_pointer():
     assert sample["discount"].item() == 0.125
     assert sample["next_observations"].item() == 102
     # Starting at the newest step the window is cut at the write pointer.
-    buffer = ReplayBuffer(1, 10, 1, 1, n_step=3, gamma=0.5)
+    buffer = ReplayBuffer(EnvSpec(num_envs=1, num_obs=1, num_actions=1), 10, n_step=3, gamma=0.5)
     for step in hand_stream():
         buffer.extend(as_td(step))
     newest = buffer.gather(torch.tensor([[3]]))[0]
@@ -152,7 +153,7 @@ def test_known_answer_full_window_and_write_pointer():
 def test_sampling_draws_equally_from_every_env_and_only_stored_steps():
     num_envs, capacity = 6, 20
     stream = random_stream(num_envs, 27, 3, 1, seed=5)
-    buffer = ReplayBuffer(num_envs, capacity, 3, 1)
+    buffer = ReplayBuffer(EnvSpec(num_envs=num_envs, num_obs=3, num_actions=1), capacity)
     for step in stream:
         buffer.extend(as_td(step))
     batch = buffer.sample(6 * 50 + 5)  # remainder is dropped, not skewed towards some env
@@ -163,13 +164,14 @@ def test_sampling_draws_equally_from_every_env_and_only_stored_steps():
     with pytest.raises(ValueError, match="at least num_envs"):
         buffer.sample(num_envs - 1)
     with pytest.raises(RuntimeError, match="empty"):
-        ReplayBuffer(2, 4, 3, 1).sample(4)
+        ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 4).sample(4)
 
 
 def test_asymmetric_stores_only_the_privileged_tail_and_rebuilds_it():
     num_envs, num_obs, num_critic = 3, 4, 7
-    buffer = ReplayBuffer(num_envs, 5, num_obs, 2, num_critic, critic_obs_extends_actor_obs=True)
-    full = ReplayBuffer(num_envs, 5, num_obs, 2, num_critic)
+    spec = EnvSpec(num_envs=num_envs, num_obs=num_obs, num_critic_obs=num_critic, num_actions=2)
+    buffer = ReplayBuffer(spec, 5, critic_obs_extends_actor_obs=True)
+    full = ReplayBuffer(EnvSpec(num_envs=num_envs, num_obs=num_obs, num_critic_obs=num_critic, num_actions=2), 5)
     assert buffer._storage["critic_observations"].shape[-1] == num_critic - num_obs
     stream = random_stream(num_envs, 4, num_obs, 2, seed=3)
     for step in stream:
@@ -190,13 +192,13 @@ def test_asymmetric_stores_only_the_privileged_tail_and_rebuilds_it():
 
 
 def test_bf16_storage_halves_observation_memory_and_returns_float32():
-    fp32 = ReplayBuffer(2, 8, 10, 2, device="meta")
-    bf16 = ReplayBuffer(2, 8, 10, 2, obs_dtype=torch.bfloat16, device="meta")
+    fp32 = ReplayBuffer(EnvSpec(num_envs=2, num_obs=10, num_actions=2), 8, device="meta")
+    bf16 = ReplayBuffer(EnvSpec(num_envs=2, num_obs=10, num_actions=2), 8, obs_dtype=torch.bfloat16, device="meta")
     obs_bytes = 2 * 8 * 10 * 2  # two observation tensors
     assert fp32.memory_bytes() - bf16.memory_bytes() == obs_bytes * 2
     # Exact count for the fp32 layout: obs+next (20), actions (2) as float32; reward float32; 2 bools.
     assert fp32.memory_bytes() == 2 * 8 * ((10 + 10 + 2 + 1) * 4 + 2)
-    buffer = ReplayBuffer(2, 8, 3, 1, obs_dtype=torch.bfloat16)
+    buffer = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 8, obs_dtype=torch.bfloat16)
     for step in random_stream(2, 5, 3, 1, seed=1):
         buffer.extend(as_td(step))
     batch = buffer.sample(8)
@@ -205,17 +207,18 @@ def test_bf16_storage_halves_observation_memory_and_returns_float32():
 
 
 def test_playground_sized_buffer_fits_a_24gb_card_with_lean_options():
-    lean = ReplayBuffer(1024, 10240, 85, 23, 180, True, obs_dtype=torch.bfloat16, device="meta")
-    naive = ReplayBuffer(1024, 10240, 85, 23, 180, False, device="meta")
+    spec = EnvSpec(num_envs=1024, num_obs=85, num_critic_obs=180, num_actions=23)
+    lean = ReplayBuffer(spec, 10240, critic_obs_extends_actor_obs=True, obs_dtype=torch.bfloat16, device="meta")
+    naive = ReplayBuffer(spec, 10240, critic_obs_extends_actor_obs=False, device="meta")
     assert lean.memory_bytes() < 10 * 2**30 < naive.memory_bytes()
 
 
 def test_state_dict_round_trip_restores_contents_and_pointer():
     stream = random_stream(2, 13, 3, 1, seed=9)
-    buffer = ReplayBuffer(2, 10, 3, 1, n_step=2)
+    buffer = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 10, n_step=2)
     for step in stream:
         buffer.extend(as_td(step))
-    clone = ReplayBuffer(2, 10, 3, 1, n_step=2)
+    clone = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 10, n_step=2)
     clone.load_state_dict(buffer.state_dict())
     ages = torch.arange(10).repeat(2, 1)
     assert (clone.gather(ages) == buffer.gather(ages)).all()
@@ -224,11 +227,12 @@ def test_state_dict_round_trip_restores_contents_and_pointer():
     clone.extend(step)
     assert (clone.gather(ages) == buffer.gather(ages)).all()
     with pytest.raises(ValueError, match="shape"):
-        ReplayBuffer(3, 10, 3, 1).load_state_dict(buffer.state_dict())
+        ReplayBuffer(EnvSpec(num_envs=3, num_obs=3, num_actions=1), 10).load_state_dict(buffer.state_dict())
 
 
 def test_empty_privileged_tail_means_the_critic_sees_the_actor_observation():
-    buffer = ReplayBuffer(2, 4, 3, 1, num_critic_obs=3, critic_obs_extends_actor_obs=True)
+    spec = EnvSpec(num_envs=2, num_obs=3, num_critic_obs=3, num_actions=1)
+    buffer = ReplayBuffer(spec, 4, critic_obs_extends_actor_obs=True)
     stream = random_stream(2, 3, 3, 1, seed=4)
     for step in stream:
         step["critic_observations"] = step["observations"]
@@ -240,7 +244,7 @@ def test_empty_privileged_tail_means_the_critic_sees_the_actor_observation():
 
 
 def test_loading_a_state_with_other_keys_is_refused():
-    symmetric = ReplayBuffer(2, 4, 3, 1)
-    asymmetric = ReplayBuffer(2, 4, 3, 1, num_critic_obs=5)
+    symmetric = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_actions=1), 4)
+    asymmetric = ReplayBuffer(EnvSpec(num_envs=2, num_obs=3, num_critic_obs=5, num_actions=1), 4)
     with pytest.raises(ValueError, match="symmetric vs asymmetric"):
         asymmetric.load_state_dict(symmetric.state_dict())

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fast_td3.analysis.report import ReportError, build_report, cli
+from fast_td3.analysis.report import build_report, cli
+from fast_td3.analysis.report_runs import ReportError
 from helpers import make_runner, tiny_train_config
 from test_eval_diagnostics import ScriptedGaitEnv
 
@@ -103,7 +104,7 @@ def test_report_renders_in_headless_chromium(sweep, tmp_path):
 
 
 def test_overrides_are_read_without_resolving_interpolations(tmp_path):
-    from fast_td3.analysis.report import read_overrides
+    from fast_td3.analysis.report_runs import read_overrides
 
     (tmp_path / "overrides.yaml").write_text("- task=T1\n- out_dir=runs/${now:%Y-%m-%d}\n")
     assert read_overrides(tmp_path) == {"task": "T1", "out_dir": "runs/${now:%Y-%m-%d}"}
@@ -114,8 +115,10 @@ def test_report_plots_the_gate_when_a_run_was_gated(sweep, tmp_path):
     shutil.copytree(sweep / "1_b", gated)
     with open(gated / "metrics.jsonl", "a") as f:
         for step, rate in ((10, 0.4), (20, 0.9)):
-            f.write(f'{{"step": {step}, "gate/passed": {float(rate >= 0.9)}, "gate/robust_pass_rate": {rate}}}\n')
+            f.write(f'{{"step": {step}, "gate/passed": {float(rate >= 0.9)}, "gate/nominal_passed": 1.0, '
+                    f'"gate/robust_pass_rate": {rate}}}\n')
     page = build_report([gated], tmp_path / "with_gate.html").read_text()
     assert "Deploy gate while training" in page and (tmp_path / "with_gate_files" / "gate.png").stat().st_size > 0
+    assert "(step 10)</td><td>" in page and "(step 20)</td><td>1/2</td>" in page  # first nominal, first robust pass
     page = build_report([sweep / "1_b"], tmp_path / "without_gate.html").read_text()
     assert "Deploy gate while training" not in page  # runs without a gate get no empty panel

@@ -289,11 +289,12 @@ def test_suggested_resumes_of_a_folder_with_spaces_and_accents_work_pasted(tmp_p
 def test_the_replay_estimate_is_what_the_buffer_allocates(num_critic_obs, tail_only, bf16):
     import torch
 
+    from envs.protocol import EnvSpec
     from fast_td3.learner.replay import ReplayBuffer, slot_bytes
 
     dtype = torch.bfloat16 if bf16 else torch.float32
-    buffer = ReplayBuffer(3, 7, 5, 2, num_critic_obs=num_critic_obs, critic_obs_extends_actor_obs=tail_only,
-                          obs_dtype=dtype, device="cpu")
+    spec = EnvSpec(num_envs=3, num_obs=5, num_critic_obs=num_critic_obs, num_actions=2)
+    buffer = ReplayBuffer(spec, 7, critic_obs_extends_actor_obs=tail_only, obs_dtype=dtype, device="cpu")
     assert buffer.memory_bytes() == 3 * 7 * slot_bytes(5, 2, num_critic_obs, tail_only, dtype)
 
 

@@ -10,8 +10,8 @@ import torch
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
-from fast_td3.learner import batch as keys
-from fast_td3.training.runner import NonFiniteObservationError, TrainingStopped
+from fast_td3.learner import transition_keys as keys
+from fast_td3.training.guards import NonFiniteObservationError, TrainingStopped
 from helpers import make_runner, tiny_train_config
 
 
@@ -313,10 +313,10 @@ def test_the_best_evaluation_is_kept_as_best_pt_and_a_resume_takes_the_latest(tm
     """fast-td3-eval takes best.pt from a run folder: it must hold the best-evaluated policy
     (on a tie the later one) whatever keep_checkpoints rotated away, while a resume goes on
     from the newest checkpoint and still knows the best so far."""
-    import fast_td3.training.runner as runner_module
+    import fast_td3.training.eval_diagnostics as evaluation_module
 
     returns = iter([5.0, 9.0, 7.0, 9.0, 3.0, 8.0])
-    monkeypatch.setattr(runner_module, "summarize", lambda episodes: {
+    monkeypatch.setattr(evaluation_module, "summarize", lambda episodes: {
         "eval/return_mean": next(returns), "eval/return_std": 0.0, "eval/length_mean": 1.0, "eval/episodes": 2.0})
     cfg = tiny_train_config(total_steps=50)
     cfg.eval_interval, cfg.save_interval, cfg.keep_checkpoints = 10, 10, 1

@@ -119,7 +119,8 @@ def test_deploy_yaml_has_booster_layout_and_the_same_scales(monkeypatch):
     assert deploy["common"]["default_qpos"][11:17] == [-0.2, 0.0, 0.0, 0.4, -0.25, 0.0]
     assert deploy["common"]["torque_limit"][11:17] == [60, 25, 30, 60, 24, 15]
     assert deploy["policy"]["num_observations"] == 47 and deploy["policy"]["num_actions"] == 12
-    assert deploy["policy"]["control"] == {"action_scale": 1.0, "decimation": 10}
+    assert deploy["policy"]["control"] == {"action_scale": 1.0, "decimation": 10, "action_scales": [1.0] * 12,
+                                           "action_low": [-1.0] * 12, "action_high": [1.0] * 12}
     assert deploy["mech"]["parallel_mech_indexes"] == [15, 16, 21, 22]
     meta = spec.meta()
     assert [entry["start"] for entry in meta["observation"]["layout"]] == [0, 3, 6, 9, 11, 23, 35]

@@ -31,7 +31,7 @@ NOISELESS = {"noise_config": {"level": 0.0}}
 
 # ------------------------------------------------------------------ native MuJoCo
 from envs.playground import t1_lowdim, t1_mjx  # noqa: E402
-from sim2real import deploy, gate_cli, sim2sim  # noqa: E402
+from sim2real import deploy, gate_cli, perturbations, sim2sim  # noqa: E402
 
 
 def _bundle(tmp_path: Path | None = None, **control) -> sim2sim.Bundle:
@@ -185,6 +185,70 @@ def test_gains_that_differ_from_training_are_flagged():
     assert len(problems) == 4
 
 
+def test_joint_ranges_of_the_contract_are_the_models():
+    model = t1_lowdim.scene_model("flat")
+    for name, (low, high) in zip(t1.SDK_JOINT_NAMES, t1.JOINT_RANGE):
+        assert tuple(model.jnt_range[model.joint(name).id]) == pytest.approx((low, high)), name
+
+
+def test_joint_limit_bounds_scale_each_joint_to_its_range_and_travel_in_the_bundle():
+    config = t1_lowdim.default_config()
+    config.action_bounds = "joint_limits"
+    bounded = t1_lowdim.control_from(config)
+    legs = list(t1.LEG_SDK_INDICES)
+    lower, upper = np.array(t1.JOINT_RANGE)[legs].T
+    default = np.asarray(t1.DEFAULT_POSE)[legs]
+    # holosoma's rule: a joint's scale is its default pose's larger distance to a stop
+    np.testing.assert_allclose(bounded.leg_scales(), np.maximum(default - lower, upper - default), atol=1e-6)
+    actions = np.random.default_rng(0).uniform(-1.5, 1.5, (2000, 12))
+    targets = t1.targets_from_actions(np, actions, bounded, np.asarray(bounded.default_pose))[:, legs]
+    assert ((lower - 1e-6 <= targets) & (targets <= upper + 1e-6)).all()  # never beyond a stop
+    np.testing.assert_allclose(targets.min(axis=0), lower, atol=1e-6)  # and every stop reachable
+    np.testing.assert_allclose(targets.max(axis=0), upper, atol=1e-6)
+    free = t1.targets_from_actions(np, actions, t1.T1Control(), np.asarray(t1.DEFAULT_POSE))[:, legs]
+    assert ((free < lower) | (free > upper)).any()  # unbounded, some targets pass a stop
+    left_roll, right_roll = 1, 7  # mirror images: the hip rolls' bounds are each other's negation
+    low, high = bounded.action_bounds()
+    assert (low[left_roll], high[left_roll]) == (-high[right_roll], -low[right_roll])
+    with pytest.raises(ValueError, match="action_bounds='limits'"):
+        config.action_bounds = "limits"
+        t1_lowdim.control_from(config)
+
+    bundle = _bundle(**dict(bounded.__dict__))
+    recorded = bundle.deploy_yaml["policy"]["control"]
+    assert (recorded["action_scales"], recorded["action_low"], recorded["action_high"]) == (
+        bounded.leg_scales(), low, high)
+    assert bundle.deploy["action"]["scale"] == bounded.leg_scales()
+    assert bundle.control() == bounded and sim2sim.deploy_mismatches(bundle) == []
+    recorded["action_high"][4] = 1.0  # the deploy side forgot the ankle's stop
+    recorded["action_scales"][3] = 1.0
+    assert sim2sim.deploy_mismatches(bundle) == [
+        f"action_scales of Left_Knee_Pitch: trained with {bounded.leg_scales()[3]}, T1.yaml has 1.0 (the robot would "
+        "turn the policy's actions into other targets than training did)",
+        f"action_high of Left_Ankle_Pitch: trained with {high[4]}, T1.yaml has 1.0 (the robot would turn the "
+        "policy's actions into other targets than training did)"]
+    old = _bundle()  # a bundle from before action bounds: T1.yaml without them means the scalar scale, ±1
+    for key in ("action_scales", "action_low", "action_high"):
+        del old.deploy_yaml["policy"]["control"][key]
+    assert old.control().action_bounds() == ([-1.0] * 12, [1.0] * 12) and old.control().leg_scales() == [1.0] * 12
+    assert sim2sim.deploy_mismatches(old) == []
+
+
+def test_the_training_env_drives_its_pd_loop_with_the_bounded_targets():
+    from envs.playground.t1_native import T1NativeVecEnv
+
+    env = T1NativeVecEnv(TASK, 1, seed=0, push=False, config_overrides=NOISELESS | {"action_bounds": "joint_limits"})
+    env.reset()
+    action = np.full((1, 12), 1.0, np.float32)
+    env.step(torch.from_numpy(action))
+    expected = t1.targets_from_actions(np, action.astype(np.float64), env.control, np.asarray(t1.DEFAULT_POSE))
+    filtered = np.asarray(t1.DEFAULT_POSE)
+    for _ in range(env.control.decimation):
+        filtered = t1.filtered_targets(filtered, expected, env.control)
+    np.testing.assert_allclose(env._ctrl[0], filtered[0], atol=1e-9)
+    assert env.control.leg_action_scale is not None
+
+
 def test_bad_sim2sim_input_exits_2_with_a_message(tmp_path, capsys):
     bundle = _bundle(tmp_path)
     (tmp_path / "meta.json").write_text(json.dumps(bundle.meta))
@@ -332,11 +396,22 @@ def test_domain_randomisation_varies_each_switched_on_kind_per_env(env):
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     models, axes = inner.domain_randomize(inner.mjx_model, keys)
     floor = inner.mj_model.geom("floor").id
+    gate = perturbations.PerturbationRanges()  # training draws from the robust gate's ranges
     friction = np.asarray(models.geom_friction[:, floor, 0])
-    assert len(set(friction.round(6))) == 4 and ((0.4 <= friction) & (friction <= 1.0)).all()
-    kp = np.asarray(models.actuator_gainprm[:, 11, 0])
-    assert ((180.0 <= kp) & (kp <= 220.0)).all() and kp.std() > 0
-    assert axes.body_mass == 0 and axes.actuator_biasprm == 0
+    low, high = gate.floor_friction
+    assert len(set(friction.round(6))) == 4 and ((low <= friction) & (friction <= high)).all()
+    kp = np.asarray(models.actuator_gainprm[:, 11, 0]) / t1.STIFFNESS[11]
+    kd = -np.asarray(models.actuator_biasprm[:, 11, 2]) / t1.DAMPING[11]
+    for scale, (low, high) in ((kp, gate.kp), (kd, gate.kd)):
+        assert ((low <= scale) & (scale <= high)).all() and scale.std() > 0
+    assert not np.allclose(kp, kd)
+    mass = np.asarray(models.body_mass) / np.maximum(inner.mj_model.body_mass, 1e-9)
+    inertia = np.asarray(models.body_inertia)[:, 1:] / inner.mj_model.body_inertia[1:]
+    trunk = int(inner.mj_model.jnt_bodyid[0])
+    links = [b for b in range(1, inner.mj_model.nbody) if b != trunk]
+    assert ((gate.link_mass[0] <= mass[:, links]) & (mass[:, links] <= gate.link_mass[1])).all()
+    np.testing.assert_allclose(inertia[:, [b - 1 for b in links]], mass[:, links, None].repeat(3, -1), rtol=1e-5)
+    assert axes.body_mass == 0 and axes.body_inertia == 0 and axes.actuator_biasprm == 0
     off = t1_mjx.T1LowDimJoystick("flat", config_overrides={"randomization.gains": False,
                                                             "randomization.joint_offsets": False})
     _, axes = off.domain_randomize(off.mjx_model, keys)
@@ -440,3 +515,34 @@ def test_train_export_sim2sim_end_to_end(tmp_path, capsys, backend):
     with pytest.raises(SystemExit) as missing:
         gate_cli.cli([f"bundle={tmp_path}"])
     assert missing.value.code == 2 and "fast-td3-export" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two cold JAX compiles of the MJX env's step (a few minutes on 2 cores)
+def test_mjx_action_delay_and_turns_in_place():
+    """The MJX env's action delay holds the PD loop one step behind, as the native env's does
+    (tests/test_t1_native.py), and turn_probability=1 draws only turns in place."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs.playground import config as playground_config
+
+    playground_config.enable_compilation_cache()
+    quiet = {"noise_config.level": 0.0, "push_config.enable": False}
+    delayed = t1_mjx.T1LowDimJoystick("flat", config_overrides=quiet | {"action_delay.enable": True,
+                                                                        "action_delay.steps_range": [1, 1]})
+    prompt = t1_mjx.T1LowDimJoystick("flat", config_overrides=quiet)
+    key = jax.random.PRNGKey(3)
+    a, b = jax.jit(delayed.reset)(key), jax.jit(prompt.reset)(key)
+    assert int(a.info["action_delay"]) == 1 and int(b.info["action_delay"]) == 0
+    np.testing.assert_array_equal(np.asarray(a.data.qpos), np.asarray(b.data.qpos))  # the delay draw is apart
+    step_a, step_b = jax.jit(delayed.step), jax.jit(prompt.step)
+    actions = jnp.asarray(np.random.default_rng(0).uniform(-0.5, 0.5, (3, 12)), jnp.float32)
+    a, b = step_a(a, actions[0]), step_b(b, jnp.zeros(12))
+    np.testing.assert_allclose(np.asarray(a.data.qpos), np.asarray(b.data.qpos), atol=1e-5)
+    for previous, action in zip(actions[:-1], actions[1:]):
+        a, b = step_a(a, action), step_b(b, previous)
+        np.testing.assert_allclose(np.asarray(a.data.qpos), np.asarray(b.data.qpos), atol=1e-5)
+    turning = t1_mjx.T1LowDimJoystick("flat", config_overrides={"commands.turn_probability": 1.0,
+                                                                "commands.standing_probability": 0.0})
+    commands = np.asarray(jax.vmap(turning.sample_command)(jax.random.split(key, 64)))
+    assert not commands[:, :2].any() and (np.abs(commands[:, 2]) > 0).all()

@@ -23,7 +23,7 @@ from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
 from envs.playground.t1_native import INFO_KEYS, T1NativeVecEnv  # noqa: E402
-from sim2real import sim2sim, t1  # noqa: E402
+from sim2real import perturbations, sim2sim, t1  # noqa: E402
 
 TASK = "T1LowDimJoystickFlatTerrain"
 QUIET = {"config_overrides": {"noise_config": {"level": 0.0}}, "push": False}
@@ -131,14 +131,28 @@ def test_noise_and_pushes_are_switches():
 
 
 def test_domain_randomisation_varies_each_switched_on_kind_per_env():
-    env = native(4, 0, domain_randomization=True)
+    gate = perturbations.PerturbationRanges()  # training draws from the robust gate's ranges
+    env = native(8, 0, domain_randomization=True)
     friction = env.batch.expanded("geom_friction")[:, env.index.floor_geom, 0]
-    assert len(set(friction.round(6))) == 4 and ((0.4 <= friction) & (friction <= 1.0)).all()
-    kp = env.batch.expanded("actuator_gainprm")[:, 11, 0]
-    assert ((180.0 <= kp) & (kp <= 220.0)).all() and kp.std() > 0
-    massive = env.model.body_mass > 0  # the world body has none
-    mass = env.batch.expanded("body_mass")[:, massive] / env.model.body_mass[massive]
-    assert ((0.9 <= mass) & (mass <= 1.1)).all() and mass.std() > 0
+    low, high = gate.floor_friction
+    assert len(set(friction.round(6))) == 8 and ((low <= friction) & (friction <= high)).all()
+    kp = env.batch.expanded("actuator_gainprm")[:, 11, 0] / t1.STIFFNESS[11]
+    kd = -env.batch.expanded("actuator_biasprm")[:, 11, 2] / t1.DAMPING[11]
+    for scale, (low, high) in ((kp, gate.kp), (kd, gate.kd)):
+        assert ((low <= scale) & (scale <= high)).all() and scale.std() > 0
+    assert not np.allclose(kp, kd)  # drawn apart
+    trunk = int(env.model.jnt_bodyid[0])
+    links = [b for b in range(1, env.model.nbody) if b != trunk]
+    mass = env.batch.expanded("body_mass")[:, links] / env.model.body_mass[links]
+    inertia = env.batch.expanded("body_inertia")[:, links] / env.model.body_inertia[links]
+    low, high = gate.link_mass
+    assert ((low <= mass) & (mass <= high)).all() and mass.std() > 0
+    np.testing.assert_allclose(inertia, mass[..., None].repeat(3, -1))  # a link scales as a whole
+    base = env.model.body_mass[trunk]
+    trunk_mass = env.batch.expanded("body_mass")[:, trunk]  # scaled like a link, then a payload added
+    lightest, heaviest = base * gate.link_mass[0] + gate.payload[0], base * gate.link_mass[1] + gate.payload[1]
+    assert ((lightest <= trunk_mass) & (trunk_mass <= heaviest)).all()
+    assert (trunk_mass / base > gate.link_mass[1]).any() or (trunk_mass / base < gate.link_mass[0]).any()  # a payload
     offsets = env.encoder_offsets()
     legs = list(t1.LEG_SDK_INDICES)
     assert 1e-3 < np.abs(offsets[:, legs]).max() <= 0.02 and not offsets[:, :11].any()
@@ -270,7 +284,7 @@ MJX_FLOAT = np.float32
 
 
 def _mjx_info(info: dict) -> dict:
-    ints = {"step", "push_steps"}
+    ints = {"step", "push_steps", "action_delay"}
     return {k: np.asarray(v, np.int32 if k in ints else MJX_FLOAT) for k, v in info.items()}
 
 
@@ -472,3 +486,51 @@ def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset():
     assert shapes["foot_vel_xy"] == (2, 2, 2) and shapes["foot_contact"] == (2, 2)
     assert shapes["torques"] == (2, 23) and signals["dt"] == pytest.approx(0.02)
     assert signals["torque_limits"][11:17].tolist() == [60, 25, 30, 60, 24, 15]
+
+
+def test_training_draws_from_the_robust_gates_ranges():
+    """One definition: every range the env randomises over is the gate's default (sim2real/perturbations.py)."""
+    gate, config = perturbations.PerturbationRanges(), t1_lowdim.default_config()
+    dr = config.randomization
+    assert (tuple(dr.floor_friction_range), tuple(dr.link_mass_scale), tuple(dr.payload_range),
+            tuple(dr.kp_scale), tuple(dr.kd_scale), tuple(dr.joint_offset_range)) == (
+        gate.floor_friction, gate.link_mass, gate.payload, gate.kp, gate.kd, gate.joint_offset)
+    assert tuple(config.push_config.magnitude_range) == gate.push
+    assert tuple(config.push_config.interval_range) == gate.push_interval
+    assert tuple(config.action_delay.steps_range) == gate.action_delay
+    assert config.noise_config.scales.to_dict() == perturbations.OBSERVATION_NOISE_SCALES
+
+
+def test_an_action_delay_of_one_step_drives_the_pd_loop_with_the_previous_action():
+    delayed = native(2, 4, config_overrides={"noise_config": {"level": 0.0},
+                                             "action_delay": {"enable": True, "steps_range": [1, 1]}})
+    prompt = native(2, 4)
+    delayed.reset()
+    assert (delayed.info["action_delay"] == 1).all()
+    state = (delayed._qpos.copy(), delayed._qvel.copy(), delayed._ctrl.copy())
+    prompt.set_state(*state, dict(delayed.info, action_delay=np.zeros(2, np.int64)))
+    actions = np.random.default_rng(0).uniform(-0.5, 0.5, (3, 2, 12)).astype(np.float32)
+    delayed.step(torch.from_numpy(actions[0]))
+    prompt.step(torch.zeros(2, 12))  # the delayed env's PD loop still holds the reset's zeros
+    np.testing.assert_allclose(delayed._qpos, prompt._qpos, atol=1e-9)
+    for previous, action in zip(actions[:-1], actions[1:]):
+        obs, *_ = delayed.step(torch.from_numpy(action))
+        prompt.step(torch.from_numpy(previous))
+        np.testing.assert_allclose(delayed._qpos, prompt._qpos, atol=1e-9)
+        np.testing.assert_allclose(obs[:, -12:].numpy(), action, atol=1e-6)  # the policy sees its own output
+    mixed = native(64, 0, config_overrides={"action_delay": {"enable": True}})
+    mixed.reset()
+    assert set(mixed.info["action_delay"].tolist()) == {0, 1}  # the gate's 0-1 steps
+
+
+def test_turn_probability_makes_turns_in_place():
+    turning = native(256, 0, config_overrides={"commands": {"turn_probability": 1.0, "standing_probability": 0.0}})
+    command = turning._sample_commands(256)
+    assert not command[:, :2].any() and (np.abs(command[:, 2]) > 0).all()
+    mixed = native(256, 0, config_overrides={"commands": {"turn_probability": 0.3, "standing_probability": 0.0}})
+    share = (~mixed._sample_commands(4000)[:, :2].any(axis=1)).mean()
+    assert 0.25 < share < 0.35
+    plain = native(8, 0, config_overrides={"commands": {"standing_probability": 0.0}})
+    assert plain._sample_commands(8)[:, :2].all()  # off by default: vx, vy drawn jointly
+    with pytest.raises(ValueError, match="turn_probability"):
+        native(2, 0, config_overrides={"commands": {"turn_probability": 1.5}})

@@ -41,6 +41,8 @@ PLAYGROUND_SCENES = {"flat": "T1JoystickFlatTerrain", "rough": "T1JoystickRoughT
 FEET_SITES = ("left_foot", "right_foot")
 FOOT_CONTACT_SENSORS = tuple(tuple(f"{side}_foot_{i}_floor_found" for i in range(1, 5)) for side in ("left", "right"))
 IMU_SITE = "imu"
+GATE_RANGES = perturbations.PerturbationRanges()
+"""The robust gate's default ranges: training's randomisation, pushes, delay and noise are drawn from these."""
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -55,6 +57,9 @@ def default_config() -> config_dict.ConfigDict:
         naconmax=8 * 8192,
         njmax=80,
         control=config_dict.create(**control.to_dict()),
+        # "joint_limits": each leg action clipped where its PD target would pass the joint's range
+        # (recorded in the bundle's meta.json and T1.yaml, which sim-to-sim and deploy read)
+        action_bounds="none",
         commands=config_dict.create(**{k: list(v) if isinstance(v, tuple) else v
                                        for k, v in commands.__dict__.items()}),
         noise_config=config_dict.create(
@@ -90,17 +95,27 @@ def default_config() -> config_dict.ConfigDict:
         push_config=config_dict.create(enable=True, interval_range=list(perturbations.PUSH_INTERVAL),
                                        magnitude_range=list(perturbations.PUSH_SPEED)),  # the robust gate's ranges
         randomization=config_dict.create(
-            # used when the adapter's `domain_randomization` is on; each kind has its switch
-            floor_friction=True, floor_friction_range=[0.4, 1.0],
-            link_masses=True, link_mass_scale=[0.9, 1.1],
-            joint_offsets=True, joint_offset_range=[-0.02, 0.02],
-            gains=True, gain_scale=[0.9, 1.1],
+            # used when the adapter's `domain_randomization` is on; each kind has its switch. The
+            # ranges are the robust gate's (sim2real/perturbations.py), so the two cannot drift.
+            floor_friction=True, floor_friction_range=list(GATE_RANGES.floor_friction),
+            link_masses=True, link_mass_scale=list(GATE_RANGES.link_mass),  # mass and inertia, per link
+            payload=True, payload_range=list(GATE_RANGES.payload),  # kg on the trunk
+            joint_offsets=True, joint_offset_range=list(GATE_RANGES.joint_offset),
+            gains=True, kp_scale=list(GATE_RANGES.kp), kd_scale=list(GATE_RANGES.kd),
+        ),
+        action_delay=config_dict.create(
+            # policy steps between the policy's output and the PD targets, drawn per episode
+            enable=False, steps_range=[int(v) for v in GATE_RANGES.action_delay],
         ),
     )
 
 
 def control_from(config) -> t1.T1Control:
     control = t1.T1Control.from_dict(config.control.to_dict())
+    if config.action_bounds not in t1.ACTION_BOUNDS:
+        raise ValueError(f"action_bounds={config.action_bounds!r}: choose one of {', '.join(t1.ACTION_BOUNDS)}")
+    if config.action_bounds == "joint_limits":
+        control = control.joint_limits_bounds()
     control.check()
     return control
 
@@ -236,9 +251,9 @@ class ModelIndex:
         self.foot_contact_adr = np.array([[model.sensor_adr[model.sensor(n).id] for n in side]
                                           for side in FOOT_CONTACT_SENSORS])
         self.feet_touch_adr = model.sensor_adr[model.sensor("left_foot_right_foot_found").id]
-        self.gyro_adr = _sensor_slice(model, "gyro")
-        self.local_linvel_adr = _sensor_slice(model, "local_linvel")
-        self.foot_linvel_adr = np.stack([_sensor_slice(model, f"{site}_global_linvel") for site in FEET_SITES])
+        self.gyro_adr = sensor_indices(model, "gyro")
+        self.local_linvel_adr = sensor_indices(model, "local_linvel")
+        self.foot_linvel_adr = np.stack([sensor_indices(model, f"{site}_global_linvel") for site in FEET_SITES])
         self.floor_geom = model.geom("floor").id
         lower, upper = model.jnt_range[1:].T
         mid, half = (lower + upper) / 2, (upper - lower) / 2 * soft_joint_limit_factor
@@ -262,6 +277,27 @@ PRIVILEGED_LAYOUT = (
     ("gait_frequency", 1),
 )
 """The critic's privileged observation, block by block, in order."""
+
+
+def mirror_maps() -> dict[str, t1.Mirror]:
+    """Left-right mirrors of the actor observation, the critic's (PRIVILEGED_LAYOUT) and the
+    action (`algo.symmetry`); the reward is invariant under them (tests/test_symmetry.py)."""
+    swap = ((1, 0), (1.0, 1.0))
+    by_block = {
+        "actor": t1.observation_mirror(),
+        "local_linvel": t1.VECTOR_MIRROR,
+        "base_height": ((0,), (1.0,)),
+        "contacts": swap,
+        "feet_air_time": swap,
+        "feet_height": swap,
+        "feet_linvel": ((3, 4, 5, 0, 1, 2), (1.0, -1.0, 1.0) * 2),
+        "torques": t1.action_mirror(),
+        "target_command": t1.COMMAND_MIRROR,
+        "gait_frequency": ((0,), (1.0,)),
+    }
+    return {"obs": t1.observation_mirror(),
+            "critic_obs": t1.concat_mirrors([by_block[name] for name, _ in PRIVILEGED_LAYOUT]),
+            "actions": t1.action_mirror()}
 
 
 def contacts_from(xp, sensordata, index: ModelIndex):
@@ -344,6 +380,28 @@ def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_t
     }
 
 
+def max_action_delay(config) -> int:
+    """The longest action delay the config can draw (at least 1: the queue keeps one slot)."""
+    return max(1, int(config.action_delay.steps_range[1]))
+
+
+def delayed_action(xp, action, delay, pending):
+    """The action the PD loop receives when it lags the policy by `delay` steps, `[...]`-batched.
+
+    `pending[..., k, :]` holds the policy's output of k+1 steps ago and is shifted in place of
+    a queue (updated by the caller: `pending = shift_pending(xp, pending, action)`); a delay of
+    0 passes the action through. The robust gate's robot (`sim2real/mujoco_robot.py`) queues
+    the same way, starting from zeros."""
+    steps = pending.shape[-2]
+    lagged = xp.take_along_axis(pending, xp.clip(delay - 1, 0, steps - 1)[..., None, None].astype(int), axis=-2)
+    return xp.where((delay > 0)[..., None], lagged[..., 0, :], action)
+
+
+def shift_pending(xp, pending, action):
+    """The queue after this step: the newest action first, the oldest dropped."""
+    return xp.concatenate([action[..., None, :], pending[..., :-1, :]], axis=-2)
+
+
 def total_reward(xp, terms: dict, scales, dt: float):
     """(reward, scaled terms): every scaled term but the fall penalty is clipped at zero together,
     so a fall always costs; times the control period."""
@@ -352,6 +410,7 @@ def total_reward(xp, terms: dict, scales, dt: float):
     return xp.clip(shaped * dt, 0.0, None) + rewards["termination"] * dt, rewards
 
 
-def _sensor_slice(model: mujoco.MjModel, name: str) -> np.ndarray:
+def sensor_indices(model: mujoco.MjModel, name: str) -> np.ndarray:
+    """Where a named sensor's values lie in `sensordata`."""
     sensor = model.sensor(name)
     return np.arange(model.sensor_adr[sensor.id], model.sensor_adr[sensor.id] + model.sensor_dim[sensor.id])

@@ -18,7 +18,8 @@ from mujoco_playground import MjxEnv, State
 
 from envs.playground.t1_lowdim import (
     PLAYGROUND_SCENES, TERRAINS, ModelIndex, build_mj_model, check_rates, commands_from, contacts_from, control_from,
-    default_config, fallen, feet_gait_signals, initial_qpos, privileged_observation, reward_terms, total_reward,
+    default_config, delayed_action, fallen, feet_gait_signals, initial_qpos, max_action_delay, privileged_observation,
+    reward_terms, shift_pending, total_reward,
 )
 from sim2real import t1
 
@@ -69,7 +70,11 @@ class T1LowDimJoystick(MjxEnv):
             jax.random.uniform(keys[1], minval=c.lin_vel_y[0], maxval=c.lin_vel_y[1]),
             jax.random.uniform(keys[2], minval=c.ang_vel_yaw[0], maxval=c.ang_vel_yaw[1]),
         ])
-        return jnp.where(jax.random.bernoulli(keys[3], c.standing_probability), jnp.zeros(3), command)
+        command = jnp.where(jax.random.bernoulli(keys[3], c.standing_probability), jnp.zeros(3), command)
+        if c.turn_probability > 0:  # drawn only when on: runs without it keep their random streams
+            turn = jax.random.bernoulli(jax.random.fold_in(rng, 1), c.turn_probability)
+            command = command.at[:2].multiply(1.0 - turn)
+        return command
 
     # -- reset / step
     def reset(self, rng: jax.Array) -> State:
@@ -100,6 +105,8 @@ class T1LowDimJoystick(MjxEnv):
             "last_action": jnp.zeros(t1.NUM_LEG_JOINTS),
             "feet_air_time": jnp.zeros(2),
             "push_steps": jnp.round(push_interval / self.dt).astype(jnp.int32),
+            "action_delay": self._draw_action_delay(jax.random.fold_in(rng, 2)),
+            "pending_actions": jnp.zeros((max_action_delay(self._config), t1.NUM_LEG_JOINTS)),
         }
         self._update_command_and_gait(info, jnp.zeros(3))
         metrics = {f"reward/{term}": jnp.zeros(()) for term in self._config.reward_config.scales.keys()}
@@ -110,8 +117,8 @@ class T1LowDimJoystick(MjxEnv):
         info = dict(state.info)
         info["rng"], push_key, cmd_key = jax.random.split(info["rng"], 3)
         data = self._push(state.data, info, push_key)
-        targets = t1.targets_from_actions(jnp, action, self.control, self._default_pose)
-        data = self._physics(data, targets)
+        applied = delayed_action(jnp, action, info["action_delay"], info["pending_actions"])
+        data = self._physics(data, t1.targets_from_actions(jnp, applied, self.control, self._default_pose))
 
         contacts = self._contacts(data)
         info["feet_air_time"] = info["feet_air_time"] + self.dt
@@ -126,11 +133,18 @@ class T1LowDimJoystick(MjxEnv):
         info["clock"] = info["clock"] + self.dt
         self._update_command_and_gait(info, info["command"])
         info["last_action"] = action
+        info["pending_actions"] = shift_pending(jnp, info["pending_actions"], action)
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         obs = self._observe(data, info, contacts)
         metrics = {f"reward/{term}": value for term, value in rewards.items()}
         return state.replace(data=data, obs=obs, reward=reward, done=done.astype(jnp.float32), metrics=metrics,
                              info=info)
+
+    def _draw_action_delay(self, key: jax.Array) -> jax.Array:
+        delay = self._config.action_delay
+        if not delay.enable:
+            return jnp.zeros((), jnp.int32)
+        return jax.random.randint(key, (), int(delay.steps_range[0]), int(delay.steps_range[1]) + 1)
 
     def _update_command_and_gait(self, info: dict, smoothed: jax.Array) -> None:
         info["gait_process"], info["command"], info["active_frequency"] = t1.update_command_and_gait(
@@ -139,10 +153,8 @@ class T1LowDimJoystick(MjxEnv):
 
     def _physics(self, data: mjx.Data, targets: jax.Array) -> mjx.Data:
         """`decimation` physics steps; the PD targets pass the deploy code's filter at each."""
-        alpha = self.control.target_filter
-
         def substep(data, _):
-            data = data.replace(ctrl=data.ctrl + alpha * (targets - data.ctrl))
+            data = data.replace(ctrl=t1.filtered_targets(data.ctrl, targets, self.control))
             return mjx.step(self._mjx_model, data), None
 
         return jax.lax.scan(substep, data, None, length=self.n_substeps)[0]
@@ -220,6 +232,7 @@ class T1LowDimJoystick(MjxEnv):
         legs = jnp.asarray(self._legs)
         kp = jnp.asarray(self.control.stiffness)
         kd = jnp.asarray(self.control.damping)
+        trunk = int(self._mj_model.jnt_bodyid[0])
 
         def one(key):
             keys = jax.random.split(key, 4)
@@ -228,16 +241,24 @@ class T1LowDimJoystick(MjxEnv):
                 friction = jax.random.uniform(keys[0], minval=cfg.floor_friction_range[0],
                                               maxval=cfg.floor_friction_range[1])
                 fields["geom_friction"] = model.geom_friction.at[self._index.floor_geom, 0].set(friction)
+            mass, inertia = model.body_mass, model.body_inertia
             if cfg.link_masses:
                 scale = jax.random.uniform(keys[1], (model.nbody,), minval=cfg.link_mass_scale[0],
                                            maxval=cfg.link_mass_scale[1])
-                fields["body_mass"] = model.body_mass * scale
+                mass, inertia = mass * scale, inertia * scale[:, None]
+            if cfg.payload:
+                added = jax.random.uniform(jax.random.fold_in(key, 5), minval=cfg.payload_range[0],
+                                           maxval=cfg.payload_range[1])
+                mass = mass.at[trunk].set(jnp.maximum(mass[trunk] + added, 1e-3))
+            if cfg.link_masses or cfg.payload:
+                fields["body_mass"], fields["body_inertia"] = mass, inertia
             gain, bias = model.actuator_gainprm, model.actuator_biasprm
             if cfg.gains:
-                scale = jax.random.uniform(keys[2], (2, t1.NUM_JOINTS), minval=cfg.gain_scale[0],
-                                           maxval=cfg.gain_scale[1])
-                gain = gain.at[:, 0].set(kp * scale[0])
-                bias = bias.at[:, 1].set(-kp * scale[0]).at[:, 2].set(-kd * scale[1])
+                kp_scale = jax.random.uniform(keys[2], (t1.NUM_JOINTS,), minval=cfg.kp_scale[0], maxval=cfg.kp_scale[1])
+                kd_scale = jax.random.uniform(jax.random.fold_in(key, 6), (t1.NUM_JOINTS,), minval=cfg.kd_scale[0],
+                                              maxval=cfg.kd_scale[1])
+                gain = gain.at[:, 0].set(kp * kp_scale)
+                bias = bias.at[:, 1].set(-kp * kp_scale).at[:, 2].set(-kd * kd_scale)
             if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
                 offset = jax.random.uniform(keys[3], (t1.NUM_LEG_JOINTS,), minval=cfg.joint_offset_range[0],
                                             maxval=cfg.joint_offset_range[1])

@@ -38,7 +38,7 @@ from sim2real import t1
 
 TASKS = tuple(t1_lowdim.TERRAINS)
 INFO_KEYS = ("target_command", "gait_frequency", "clock", "active_frequency", "command", "gait_process",
-             "last_action", "feet_air_time", "step", "push_steps")
+             "last_action", "feet_air_time", "step", "push_steps", "action_delay", "pending_actions")
 """The per-env task state, named as in the MJX env's `State.info`."""
 
 
@@ -47,7 +47,7 @@ _GaitState = namedtuple("_GaitState", "data info")
 
 
 class _GaitView:
-    """What `envs.playground.mjx.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
+    """What `envs.playground.gait_reader.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
 
     def __init__(self, env: "T1NativeVecEnv") -> None:
         self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
@@ -168,7 +168,8 @@ class T1NativeVecEnv:
         action = actions.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).numpy().astype(np.float64)
         info, cfg = self.info, self.config
         self._push()
-        self._physics(t1.targets_from_actions(np, action, self.control, self._default_pose))
+        applied = t1_lowdim.delayed_action(np, action, info["action_delay"], info["pending_actions"])
+        self._physics(t1.targets_from_actions(np, applied, self.control, self._default_pose))
 
         state = self.state()
         contacts = t1_lowdim.contacts_from(np, state["sensordata"], self.index)
@@ -190,6 +191,7 @@ class T1NativeVecEnv:
         info["clock"] = info["clock"] + self.dt
         self._update_command_and_gait(slice(None), info["command"])
         info["last_action"] = action
+        info["pending_actions"] = t1_lowdim.shift_pending(np, info["pending_actions"], action)
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         final_actor, final_critic = self._observe(slice(None), state, contacts)
         self._last = _GaitState(_GaitData(state["qpos"].copy(), state["qvel"].copy(),
@@ -224,7 +226,7 @@ class T1NativeVecEnv:
         if self._gait_reader is None:
             import jax
 
-            from envs.playground.mjx import GaitSignals
+            from envs.playground.gait_reader import GaitSignals
 
             reader = GaitSignals(_GaitView(self))
             self._gait_reader = (jax.jit(jax.vmap(reader.per_step)), reader.static(1))
@@ -264,6 +266,10 @@ class T1NativeVecEnv:
         self._sums[:] = 0.0
         return self._obs
 
+    def mirror_maps(self) -> dict:
+        """Left-right mirrors of observation, critic observation and action (`algo.symmetry`)."""
+        return t1_lowdim.mirror_maps()
+
     def encoder_offsets(self) -> np.ndarray:
         """Each env's joint-encoder offsets δ (zero unless randomised): its PD loop and its
         observation see q + δ."""
@@ -274,7 +280,10 @@ class T1NativeVecEnv:
         c, rng = self.commands, self._rng
         command = np.stack([rng.uniform(*c.lin_vel_x, n), rng.uniform(*c.lin_vel_y, n),
                             rng.uniform(*c.ang_vel_yaw, n)], axis=-1)
-        return np.where((rng.random(n) < c.standing_probability)[:, None], 0.0, command)
+        command = np.where((rng.random(n) < c.standing_probability)[:, None], 0.0, command)
+        if c.turn_probability > 0:  # drawn only when on: runs without it keep their random streams
+            command[:, :2] *= (rng.random(n) >= c.turn_probability)[:, None]
+        return command
 
     def _reset_envs(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start the envs `ids` afresh (as `T1LowDimJoystick.reset`); returns their observations."""
@@ -302,6 +311,8 @@ class T1NativeVecEnv:
             "last_action": np.zeros((n, t1.NUM_LEG_JOINTS)),
             "feet_air_time": np.zeros((n, 2)),
             "push_steps": np.round(push_interval / self.dt).astype(np.int64),
+            "action_delay": self._draw_action_delay(n),
+            "pending_actions": np.zeros((n, t1_lowdim.max_action_delay(cfg), t1.NUM_LEG_JOINTS)),
             "command": np.zeros((n, 3)),
             "gait_process": np.zeros((n, 1)),
         }
@@ -320,6 +331,12 @@ class T1NativeVecEnv:
             np, clock=info["clock"][ids], active_frequency=info["active_frequency"][ids], smoothed=smoothed,
             joystick=info["target_command"][ids], gait_frequency=info["gait_frequency"][ids], ctrl_dt=self.dt)
 
+    def _draw_action_delay(self, n: int) -> np.ndarray:
+        delay = self.config.action_delay
+        if not delay.enable:  # drawn only when on: runs without it keep their random streams
+            return np.zeros(n, np.int64)
+        return self._rng.integers(int(delay.steps_range[0]), int(delay.steps_range[1]) + 1, n)
+
     def _push(self) -> None:
         push, info = self.config.push_config, self.info
         angle = self._rng.uniform(0.0, 2 * np.pi, self.num_envs)
@@ -334,9 +351,9 @@ class T1NativeVecEnv:
     def _physics(self, targets: np.ndarray) -> None:
         """`decimation` physics steps of every env on the batch's threads; the PD targets pass
         the deploy code's filter at each."""
-        alpha, ctrl = self.control.target_filter, self._ctrl
+        ctrl = self._ctrl
         for _ in range(self.control.decimation):
-            ctrl += alpha * (targets - ctrl)
+            ctrl[:] = t1.filtered_targets(ctrl, targets, self.control)
             self.batch.step()
 
     def _observe(self, ids, state: dict[str, np.ndarray], contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -372,19 +389,27 @@ class T1NativeVecEnv:
         if cfg.floor_friction:
             batch.expand("geom_friction")[:, self.index.floor_geom, 0] = rng.uniform(*cfg.floor_friction_range, n)
         if cfg.link_masses:
+            mass, inertia = batch.expand("body_mass"), batch.expand("body_inertia")
+            scale = rng.uniform(*cfg.link_mass_scale, mass.shape)
+            mass *= scale
+            inertia *= scale[..., None]
+        if cfg.payload:
             mass = batch.expand("body_mass")
-            mass *= rng.uniform(*cfg.link_mass_scale, mass.shape)
+            trunk = int(self.model.jnt_bodyid[0])
+            mass[:, trunk] = np.maximum(mass[:, trunk] + rng.uniform(*cfg.payload_range, n), 1e-3)
         if cfg.gains or cfg.joint_offsets:
             gain, bias = batch.expand("actuator_gainprm"), batch.expand("actuator_biasprm")
             if cfg.gains:
-                scale = rng.uniform(*cfg.gain_scale, (2, n, t1.NUM_JOINTS))
-                gain[:, :, 0] = kp * scale[0]
-                bias[:, :, 1], bias[:, :, 2] = -kp * scale[0], -kd * scale[1]
+                kp = kp * rng.uniform(*cfg.kp_scale, (n, t1.NUM_JOINTS))
+                gain[:, :, 0] = kp
+                bias[:, :, 1], bias[:, :, 2] = -kp, -kd * rng.uniform(*cfg.kd_scale, (n, t1.NUM_JOINTS))
             if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
                 legs = self.index.legs
                 offset = rng.uniform(*cfg.joint_offset_range, (n, t1.NUM_LEG_JOINTS))
                 bias[:, legs, 0] = bias[:, legs, 1] * offset  # -kp·δ
                 self._encoder_offsets[:, legs] = offset
+        if cfg.link_masses or cfg.payload:
+            batch.set_const()  # what MuJoCo derives from the masses, as the gate's mj_setConst
 
     # --------------------------------------------------------------- extras
     def render(self, env_index: int = 0, height: int = 240, width: int = 320) -> np.ndarray:

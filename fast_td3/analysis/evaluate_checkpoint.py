@@ -13,7 +13,6 @@ gait (the gait metrics of these episodes that the env's signals allow, docs/rewa
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -26,23 +25,21 @@ import torch
 from omegaconf import OmegaConf
 
 from envs.registry import UnknownTaskError, make_env
+from fast_td3.command_line import ArgumentParser
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.learner.algorithms import OffPolicyAlgorithm, make_algorithm
 from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
 from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
-from fast_td3.training.metrics_log import json_safe
+from fast_td3.files import json_safe
+from envs.protocol import EnvSpec
 from envs.quiet import silence_library_noise
 from fast_td3.training.run_state import upgrade
 
 
 def load_policy(checkpoint: dict, cfg: TrainConfig, device: torch.device) -> OffPolicyAlgorithm:
     """The run's algorithm holding the checkpoint's networks and normalisers (eager: nothing to compile)."""
-    env = checkpoint["env"]
-    agent = make_algorithm(
-        replace(cfg.algo, compile=False), env["num_obs"], env["num_actions"], env["num_critic_obs"],
-        env["num_envs"], device,
-    )
+    agent = make_algorithm(replace(cfg.algo, compile=False), EnvSpec(**checkpoint["env"]), device)
     agent.load_state_dict(checkpoint["agent"]["modules"])
     return agent.eval()
 
@@ -114,7 +111,7 @@ def evaluate_checkpoint(
 
 
 def cli(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="fast-td3-eval", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="fast-td3-eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a run folder or a checkpoint file")
     parser.add_argument("--use", choices=ckpt.CHOICES, default=None,
                         help="from a run folder: best (checkpoints/best.pt, the best evaluation during training) or "

@@ -32,6 +32,7 @@ import torch
 
 from envs.protocol import VecEnv, suite_hook
 from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
+from fast_td3.command_line import ArgumentParser
 from fast_td3.learner.device import resolve_device
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.training import checkpoint as ckpt
@@ -106,7 +107,7 @@ def play(
 
 
 def cli(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("checkpoint", help="a run folder, a checkpoint file, or a T1 export bundle")

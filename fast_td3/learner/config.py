@@ -122,6 +122,9 @@ class AlgoConfig:
     # --- optimisation -------------------------------------------------------
     batch_size: int = 32768
     """Transitions per update, split evenly over the envs (batch_size // num_envs each)."""
+    symmetry: bool = False
+    """Left-right mirror augmentation: each sampled batch gains its mirror image (2x the update's
+    work), from the env's `mirror_maps()` (the T1LowDim tasks have them; fast_td3/learner/symmetry.py)."""
     num_updates: int = 2
     """Critic updates per global step (one vectorised env step)."""
     policy_frequency: int = 2

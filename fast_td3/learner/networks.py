@@ -223,6 +223,12 @@ class DistributionalCritic(nn.Module):
         probs = torch.softmax(logits.float(), dim=-1)
         return (probs * self.support).sum(dim=-1)
 
+    @staticmethod
+    def reduce_heads(q: torch.Tensor, use_cdq: bool) -> torch.Tensor:
+        """One value per sample `[batch]` from the heads' `[heads, batch]`: the smaller head with
+        clipped double Q (what the actor maximises), else the heads' mean."""
+        return q.min(dim=0).values if use_cdq else q.mean(dim=0)
+
 
 def project_distribution(
     next_probs: torch.Tensor,

@@ -20,9 +20,10 @@ import math
 import torch
 from tensordict import TensorDict
 
+from envs.protocol import EnvSpec
 from fast_td3.learner.device import resolve_device
 
-from fast_td3.learner.batch import (  # noqa: F401  (the keys a transition carries)
+from fast_td3.learner.transition_keys import (
     ACTIONS,
     CRITIC_OBS,
     DISCOUNT,
@@ -73,9 +74,9 @@ class ReplayBuffer:
     """Circular per-env storage with uniform, env-balanced sampling and n-step returns.
 
     Args:
-        num_envs, capacity_per_env: storage shape.
-        num_obs, num_actions: actor observation and action sizes.
-        num_critic_obs: full critic observation size (None: symmetric critic).
+        spec: the envs' shape (`envs.protocol.EnvSpec`): envs, observation, critic observation
+            (None: symmetric critic) and action sizes.
+        capacity_per_env: transitions kept per env.
         critic_obs_extends_actor_obs: the critic observation is the actor
             observation followed by privileged terms; store only those terms.
         n_step, gamma: n-step return length and discount.
@@ -87,17 +88,16 @@ class ReplayBuffer:
 
     def __init__(
         self,
-        num_envs: int,
+        spec: EnvSpec,
         capacity_per_env: int,
-        num_obs: int,
-        num_actions: int,
-        num_critic_obs: int | None = None,
+        *,
         critic_obs_extends_actor_obs: bool = False,
         n_step: int = 1,
         gamma: float = 0.99,
         obs_dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = "auto",
     ) -> None:
+        num_envs, num_obs, num_critic_obs = spec.num_envs, spec.num_obs, spec.num_critic_obs
         if capacity_per_env < n_step:
             raise ValueError(f"capacity_per_env ({capacity_per_env}) must be >= n_step ({n_step})")
         if critic_obs_extends_actor_obs and (num_critic_obs is None or num_critic_obs < num_obs):
@@ -105,11 +105,8 @@ class ReplayBuffer:
                 "critic_obs_extends_actor_obs needs num_critic_obs >= num_obs, "
                 f"got num_critic_obs={num_critic_obs}, num_obs={num_obs}"
             )
-        self.num_envs = num_envs
+        self.spec = spec
         self.capacity = capacity_per_env
-        self.num_obs = num_obs
-        self.num_actions = num_actions
-        self.num_critic_obs = num_critic_obs
         self.critic_tail_only = critic_obs_extends_actor_obs
         self.n_step = n_step
         self.gamma = gamma
@@ -124,9 +121,9 @@ class ReplayBuffer:
 
         shape = (num_envs, capacity_per_env)
         self._stored_critic = stored_critic_size(num_obs, num_critic_obs, critic_obs_extends_actor_obs)
-        spec = storage_layout(num_obs, num_actions, self._stored_critic, obs_dtype)
+        layout = storage_layout(num_obs, spec.num_actions, self._stored_critic, obs_dtype)
         self._storage = TensorDict(
-            {k: torch.zeros(*shape, *s, dtype=d, device=self.device) for k, (s, d) in spec.items()},
+            {k: torch.zeros(*shape, *s, dtype=d, device=self.device) for k, (s, d) in layout.items()},
             batch_size=shape,
             device=self.device,
         )
@@ -141,7 +138,7 @@ class ReplayBuffer:
 
     @property
     def num_transitions(self) -> int:
-        return self._size * self.num_envs
+        return self._size * self.spec.num_envs
 
     def memory_bytes(self) -> int:
         """Bytes held by the storage tensors."""
@@ -162,7 +159,7 @@ class ReplayBuffer:
         if self._stored_critic:
             for key in (CRITIC_OBS, NEXT_CRITIC_OBS):
                 value = transition[key]
-                row[key] = value[..., self.num_obs :] if self.critic_tail_only else value
+                row[key] = value[..., self.spec.num_obs :] if self.critic_tail_only else value
         for key, value in row.items():
             column = self._storage[key][:, self._ptr]  # a view into the storage
             value = value.reshape(column.shape)
@@ -211,25 +208,25 @@ class ReplayBuffer:
         """
         if self._size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        per_env = batch_size // self.num_envs
+        per_env = batch_size // self.spec.num_envs
         if per_env < 1:
             raise ValueError(
-                f"batch_size ({batch_size}) must be at least num_envs ({self.num_envs}): "
+                f"batch_size ({batch_size}) must be at least num_envs ({self.spec.num_envs}): "
                 "every env contributes batch_size // num_envs samples"
             )
-        return self.gather(self._draw((self.num_envs, per_env), generator))
+        return self.gather(self._draw((self.spec.num_envs, per_env), generator))
 
     def sample_many(self, batch_size: int, count: int, generator: torch.Generator | None = None) -> list[TensorDict]:
         """`count` independent batches as `sample` draws them, gathered at once: one index draw
         and one gather for a global step's updates instead of `count` of each."""
         if count == 1:
             return [self.sample(batch_size, generator)]
-        per_env = batch_size // self.num_envs
+        per_env = batch_size // self.spec.num_envs
         if per_env < 1:
             return [self.sample(batch_size, generator)]  # raises the message
         if self._size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        return list(self.gather(self._draw((count, self.num_envs, per_env), generator)).unbind(0))  # views: no copy per batch
+        return list(self.gather(self._draw((count, self.spec.num_envs, per_env), generator)).unbind(0))  # views: no copy per batch
 
     def gather(self, age: torch.Tensor) -> TensorDict:
         """The n-step transitions starting at `age[e, j]` steps after env e's oldest
@@ -238,7 +235,7 @@ class ReplayBuffer:
         device = self.device
         per_env = age.shape[-1]
         oldest = self._ptr if self._size == self.capacity else 0
-        env_idx = torch.arange(self.num_envs, device=device).unsqueeze(1).expand(-1, per_env)
+        env_idx = torch.arange(self.spec.num_envs, device=device).unsqueeze(1).expand(-1, per_env)
         if self.n_step == 1:
             return self._gather_one_step(env_idx, (oldest + age) % self.capacity)
 
@@ -298,7 +295,7 @@ class ReplayBuffer:
     def _finish(self, batch: dict[str, torch.Tensor], at_first, at_last=None) -> TensorDict:
         """Add the critic observations and flatten `[envs, per_env]` to one batch dimension."""
         at_last = at_last or at_first
-        if self.num_critic_obs is not None:
+        if self.spec.num_critic_obs is not None:
             if not self.critic_tail_only:
                 critic, next_critic = at_first(CRITIC_OBS).float(), at_last(NEXT_CRITIC_OBS).float()
             elif self._stored_critic:

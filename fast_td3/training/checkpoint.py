@@ -21,11 +21,12 @@ use this module's path helpers before any heavy import.
 from __future__ import annotations
 
 import errno
-import os
 import pickle
 import re
 from pathlib import Path
 from typing import Any
+
+from fast_td3.files import atomic_write_bytes
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
@@ -48,6 +49,10 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and why."""
 
 
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that does not fit these envs (another task or env count) or this algorithm."""
+
+
 class CheckpointWriteError(OSError):
     """Writing a checkpoint failed (disk full, I/O error); the last good one is kept."""
 
@@ -60,80 +65,6 @@ def synchronize_devices() -> None:
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, writer) -> None:
-    """Call `writer(file)` on a temp file, fsync it and rename it to `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            checked = _RecordingFile(f)
-            try:
-                writer(checked)
-            except Exception as error:
-                # torch's zip writer turns a failed write into "unexpected pos ..."; the OS error is the news
-                if checked.os_error is not None and checked.os_error is not error:
-                    raise checked.os_error from None
-                if "unexpected pos" in str(error):  # a short write torch noticed only afterwards
-                    raise _short_write_error(path.parent, error) from None
-                raise
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def _short_write_error(folder: Path, error: Exception) -> OSError:
-    """The OS error a write cut short most likely met: ENOSPC when the disk is (nearly) full."""
-    try:
-        stats = os.statvfs(folder)
-        free = stats.f_bavail * stats.f_frsize
-    except OSError:
-        free = None
-    if free is not None and free < 64 * 2**20:
-        return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free; torch said: {error})")
-    return OSError(errno.EIO, f"the write was cut short (torch said: {error})")
-
-
-class _RecordingFile:
-    """A binary file whose first OSError on write is kept (writers may hide it behind their own)."""
-
-    def __init__(self, f) -> None:
-        self._f = f
-        self.os_error: OSError | None = None
-
-    def write(self, data) -> int:
-        try:
-            return self._f.write(data)
-        except OSError as error:
-            self.os_error = self.os_error or error
-            raise
-
-    def flush(self) -> None:
-        try:
-            self._f.flush()
-        except OSError as error:
-            self.os_error = self.os_error or error
-            raise
-
-    def __getattr__(self, name: str):
-        return getattr(self._f, name)
 
 
 def save_atomic(state: dict[str, Any], path: Path) -> None:

@@ -8,7 +8,7 @@ The field docstrings are read from the source (`describe_fields`): they feed
 from __future__ import annotations
 
 import ast
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -145,7 +145,7 @@ class TrainConfig:
     """Run folder or checkpoint file to continue (same folder, step counter and schedules)."""
     resolved: Dict[str, Any] = field(default_factory=dict)
     """Written by the trainer: what `auto` settings became on the machine that ran (precision and
-    why, torch threads); informational, a resumed run resolves again on its own machine."""
+    why, torch threads) and its CPU model; informational, a resumed run resolves again on its own machine."""
     check_finite: bool = True
     """Stop with a checkpoint when an observation or reward is NaN/inf (one host sync per step)."""
 
@@ -229,3 +229,12 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, JSON-able dict of a dataclass or OmegaConf config."""
+    if is_dataclass(cfg):
+        return asdict(cfg)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)

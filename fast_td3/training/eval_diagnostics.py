@@ -1,5 +1,5 @@
-"""What the runner records of its evaluation episodes and turns into gait metrics and critic
-calibration (the pure maths is in `diagnostics.py` and `gait_metrics.py`)."""
+"""The runner's evaluation: its episodes, what it records of them and turns into gait metrics and
+critic calibration (the pure maths is in `diagnostics.py` and `gait_metrics.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,27 @@ import torch
 
 from envs.protocol import ACTOR, CRITIC, VecEnv
 from fast_td3.analysis.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
-from fast_td3.training.evaluation import EvalTrace, gait_results, read_gait_signals
+from fast_td3.training import distributed
+from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize
+
+
+def evaluate_in_run(agent, env: VecEnv, cfg, seed: int, ranks: distributed.Context, run_dir: Path, global_step: int,
+                    to: Callable[[torch.Tensor | None], torch.Tensor | None]) -> tuple[dict[str, float], list]:
+    """Deterministic episodes on `env` (never the training envs) from `eval_seed(seed)`: the
+    summary of every rank's episodes, with the gait metrics and critic diagnostics of rank 0's,
+    and (with `cfg.eval_video`, rank 0) env 0's frames of its first episode."""
+    frames: list = []
+    on_step = (lambda t: frames.append(env.render(0))) if cfg.eval_video and ranks.is_main else None
+    trace = EvalTrace() if ranks.is_main else None
+    on_transition = None if trace is None else (
+        lambda step: record_eval_step(agent, env, step, trace, to, cfg.algo.disable_bootstrap))
+    policy = lambda obs: agent.act(obs.to(agent.device)).to(env.device)  # noqa: E731
+    episodes = run_episodes(env, policy, eval_seed(seed), on_step, on_transition)
+    results = summarize(distributed.gather_episodes(episodes, ranks))  # every rank's episodes
+    if trace:
+        results.update(eval_diagnostics(trace, run_dir, global_step, cfg.algo.gamma, agent.value_reduction,
+                                        bool(cfg.env.reward_scales)))
+    return results, frames[: int(episodes["lengths"][0])]
 
 
 def record_eval_step(agent, env: VecEnv, step: dict[str, Any], trace: EvalTrace,

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from fast_td3.files import atomic_write_bytes
 from fast_td3.training import checkpoint as ckpt
+from fast_td3.training import distributed
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
 
@@ -112,6 +114,21 @@ class GateLoop:
         self.waiting = (step, eval_return)
         self._start_waiting()
 
+    def tend(self, step: int, final: bool, state: Callable[[], dict[str, Any]], eval_return: float | None,
+             logger) -> None:
+        """At every global step: submit `state()` (the runner's, without replay) when `step` is a gate
+        step (the last one only with `final`), then log the verdicts that arrived (`final`: all)."""
+        if self.due(step) and (final or step < self.cfg.total_steps):
+            self.submit(step, state(), eval_return)
+        self.take(self.drain() if final else self.poll(), logger)
+
+    def take(self, verdicts: list[GateVerdict], logger) -> None:
+        """Log each verdict at its own step (`gate/*`) and count it (`absorb`)."""
+        for verdict in verdicts:
+            logger.log_past(verdict.step, verdict.metrics, "gate/step")
+            promoted = self.absorb(verdict)
+            logger.note(verdict.line() + (": now best.pt" if promoted else ""))
+
     def poll(self) -> list[GateVerdict]:
         """Verdicts that arrived since the last call (no waiting); after a resume, first those that
         arrived before the stop but never reached metrics.jsonl."""
@@ -167,7 +184,7 @@ class GateLoop:
 
     def _promote(self, step: int) -> None:
         source = self._checkpoint(step)
-        ckpt.atomic_write_bytes(self.checkpoints.dir / ckpt.BEST_FILE, lambda f: _copy_into(source, f))
+        atomic_write_bytes(self.checkpoints.dir / ckpt.BEST_FILE, lambda f: _copy_into(source, f))
 
     def _start_waiting(self) -> None:
         if self.running is not None or self.waiting is None:
@@ -231,6 +248,18 @@ class GateLoop:
         if unjudged:
             self.waiting = (unjudged[-1], eval_return_at(self.folder.parent, unjudged[-1]))
         self._start_waiting()
+
+
+def gate_satisfied(gate: GateLoop | None, ranks: distributed.Context, step: int, note: Callable[[str], None]) -> bool:
+    """The gate passed `gate.stop_after_passes` times in a row (rank 0 runs it; under torchrun every
+    rank learns it here, together)."""
+    done = gate is not None and gate.satisfied
+    if ranks.enabled:
+        done = bool(distributed.any_rank(int(done), ranks))
+    if done and gate is not None:
+        note(f"Stopping at global step {step}: the gate passed {gate.passes_in_a_row} times in a row "
+             "(gate.stop_after_passes)")
+    return done
 
 
 def read_verdict(path: Path, step: int) -> GateVerdict | None:

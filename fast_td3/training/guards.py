@@ -9,7 +9,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -33,26 +33,33 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 (`--signal=USR2@<seconds>`, as submitit asks; cluster.hand_back_preemption requeues)."""
 
 
+class StopRequest:
+    """What `stop_signals` hands the loop: the signal that asked to stop (0: none yet)."""
+
+    signum: int = 0
+
+
 @contextmanager
-def stop_signals_set_flag(runner):
-    """While training, SIGINT, SIGTERM and SIGUSR2 ask the runner to stop after the current
-    global step (so a checkpoint never holds half an update); a second SIGINT aborts at once.
-    The signal number is written into `runner.stop_requested`; the handlers found are put back
-    afterwards (under submitit, its own SIGUSR2 handler, which then requeues the job)."""
+def stop_signals() -> Iterator[StopRequest]:
+    """While training, SIGINT, SIGTERM and SIGUSR2 ask the loop to stop after the current global
+    step (so a checkpoint never holds half an update); a second SIGINT aborts at once. The signal
+    number is written into the `StopRequest` yielded; the handlers found are put back afterwards
+    (under submitit, its own SIGUSR2 handler, which then requeues the job)."""
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield request
         return
 
     def handler(signum, frame):
-        if runner.stop_requested and signum == signal.SIGINT:
+        if request.signum and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        if not runner.stop_requested:
+        if not request.signum:
             os.write(2, b"\nStopping after this global step with a checkpoint (Ctrl-C again to abort)...\n")
-        runner.stop_requested = signum
+        request.signum = signum
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield request
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -83,7 +90,7 @@ def check_finite(
     elif not found_here:
         return
     envs = torch.nonzero(bad).flatten().tolist()
-    culprits = [name for name, v in tensors.items()
+    culprits = [name.replace("_", " ") for name, v in tensors.items()  # a transition key, in words
                 if v is not None and not bool(torch.isfinite(v[envs[0]]).all())]
     path = save()
     raise NonFiniteObservationError(
@@ -135,6 +142,26 @@ class FiniteGuard:
         self.ok.logical_and_(~any_bad)
         return clean, self.ok
 
+    def stop_if_tripped(self, global_step: int, ranks: distributed.Context, task: str,
+                        save: Callable[[], Path | None], rewind: Callable[[int], None]) -> None:
+        """Read the guard (one sync, at a log): when any env produced NaN or inf since the last check,
+        `rewind` the steps written since (their count), `save()` and raise NonFiniteObservationError;
+        under torchrun every rank stops together."""
+        found = self.tripped()
+        if ranks.enabled:
+            if not distributed.any_rank(int(found is not None), ranks):
+                return
+        elif found is None:
+            return
+        if found is None:
+            raise NonFiniteObservationError(
+                f"another rank found NaN or inf before global step {global_step}; its message names the "
+                f"env. Checkpoint: {save()}")
+        step, env, field, envs = found
+        dropped = global_step - step + 1
+        rewind(dropped)  # the skipped writes: the buffer is what it was before step `step`
+        raise NonFiniteObservationError(non_finite_message(step, env, field, envs, task, save(), dropped))
+
     def sync_step(self, global_step: int) -> None:
         """Align the device step counter with the host's (after a reset or a resume)."""
         self._step.fill_(global_step)
@@ -152,7 +179,7 @@ class FiniteGuard:
 
 def non_finite_message(step: int, env: int, field: str, envs: list[int], task: str, path: Path | None,
                        steps_dropped: int) -> str:
-    return (f"NaN or inf in the {field} of env {env} (envs {envs[:10]}{'...' if len(envs) > 10 else ''}) "
+    return (f"NaN or inf in the {field.replace('_', ' ')} of env {env} (envs {envs[:10]}{'...' if len(envs) > 10 else ''}) "
             f"at global step {step} of task {task}. The run stopped at the next check; nothing from step "
             f"{step} on reached the normalisers or the replay buffer ({steps_dropped} steps dropped). "
             f"Checkpoint (networks never saw the bad values): {path}")

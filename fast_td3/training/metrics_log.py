@@ -9,7 +9,6 @@ its keys are listed in docs/runs.md.
 from __future__ import annotations
 
 import json
-import math
 import netrc
 import os
 import secrets
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from fast_td3.files import json_safe
 from fast_td3.training.config import LoggerConfig
 
 METRICS_FILE = "metrics.jsonl"
@@ -61,15 +61,17 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return _parse_lines(Path(run_dir) / METRICS_FILE)
 
 
-def rewind_metrics(path: Path, step: int) -> None:
+def rewind_metrics(path: Path, step: int) -> float:
     """Drop records after `step` (a resumed run repeats them from its checkpoint), so
-    metrics.jsonl describes one history; torn lines go too."""
+    metrics.jsonl describes one history; torn lines go too. Returns the run's seconds so far
+    (the latest kept "time"), where a resumed run's clock continues."""
     if not path.is_file():
-        return
+        return 0.0
     kept = [r for r in _parse_lines(path) if r.get("step", 0) <= step]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)
+    return max((float(r["time"]) for r in kept if isinstance(r.get("time"), (int, float))), default=0.0)
 
 
 def display_path(path: str | Path) -> str:
@@ -232,18 +234,6 @@ class ConsoleProgress:
             self._progress.stop()
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with every non-finite float (NaN: a metric nothing qualified for) as None, so the
-    JSON written is strict (`jq`, browsers); dicts and lists are converted throughout."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
 class MetricsLogger:
     """Writes every log call to metrics.jsonl and to the enabled backends."""
 
@@ -260,8 +250,8 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.num_envs = num_envs
-        self._start_time = time.time()
-        rewind_metrics(self.run_dir / METRICS_FILE, start_step)
+        # "time" counts the run's wall time over all its sessions: a resume continues the clock
+        self._start_time = time.time() - rewind_metrics(self.run_dir / METRICS_FILE, start_step)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", buffering=1)
         self.console = ConsoleProgress(total_steps, start_step, task) if cfg.console else None
         self._say(f"Metrics: {display_path(self.run_dir / METRICS_FILE)}" + (
@@ -389,6 +379,14 @@ class IntervalClock:
         seconds, steps = now - self._t0 - self._paused, step - self._step0
         self._t0, self._step0, self._paused = now, step, 0.0
         return seconds, steps
+
+    def rates(self, step: int, env_steps_per_step: int, updates: int, compiled_in_it: bool) -> dict[str, float]:
+        """`perf/*` throughputs since the last lap (none for an interval that held compilation)."""
+        seconds, steps = self.lap(step)
+        if seconds <= 0 or steps <= 0 or compiled_in_it:
+            return {}
+        return {"perf/global_steps_per_s": steps / seconds, "perf/env_steps_per_s": steps * env_steps_per_step / seconds,
+                "perf/updates_per_s": updates / seconds}
 
     @contextmanager
     def paused(self):

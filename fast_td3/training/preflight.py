@@ -2,14 +2,13 @@
 Hydra will (the user's --config-dir folders included), check the values that would only fail
 later, the checkpoint a resume continues from, the device; then claim and lock the run folder.
 A mistake is reported in one line (a user error) with nothing created; the decisions are
-recorded in LAUNCH for `train.main`.
+recorded in LAUNCH (a `run_folder.Launch`) for `train` and `compose`.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -20,32 +19,13 @@ from fast_td3.training.cli_checks import CONF_DIR, GROUPS, search_path_override
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.config_checks import check_no_inert_keys, check_replay_memory_early, check_values
 from fast_td3.training.run_folder import (
-    RunLock, busy_message, claim_folder, claim_run_dir, lock_holder, make_folder, override_value, topmost_missing,
+    Launch, RunLock, busy_message, claim_folder, claim_run_dir, lock_holder, make_folder, override_value,
+    topmost_missing,
 )
 
 RESOLVED_CONFIG = "config.yaml"
-
-
-@dataclass
-class Launch:
-    """What the checks before Hydra decided for this command; `main` and the resolvers read it."""
-
-    run_dir: Path | None = None
-    """The new run folder claimed for this run under out_dir (a unique name, made before Hydra runs)."""
-    new_folder: Path | None = None
-    """The folder of a new run this command claimed (under out_dir or hydra.run.dir): what it
-    holds is removed again when the run stops before its first checkpoint."""
-    created: Path | None = None
-    """The topmost folder this command created (None: the run's folder existed, empty)."""
-    lock: RunLock | None = None
-    """This process's hold on its run folder."""
-    resume_from: Path | None = None
-    """The checkpoint a resume continues from (the newest one that reads)."""
-    unreadable: list[tuple[Path, str]] = field(default_factory=list)
-    """Newer checkpoints of the resumed run that cannot be read, each with the reason."""
-
-
 LAUNCH = Launch()
+"""What the checks before Hydra decided for this command (the run folder, a resume's checkpoint)."""
 
 
 def override_key(override: str) -> str:

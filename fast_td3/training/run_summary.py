@@ -18,14 +18,17 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.protocol import suite_hook
+from envs.registry import load_adapter
 from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.config import TrainConfig
 from fast_td3.training.metrics_log import display_path
 from fast_td3.training.run_folder import shell_arg
 
 
 @dataclass
 class FinishedRun:
-    """The facts the summary is made of (`train.main` fills them in)."""
+    """The facts the summary is made of (`finished_run_summary` gathers them)."""
 
     run_dir: Path
     task: str
@@ -112,3 +115,12 @@ def summary(run: FinishedRun) -> str:
         lines.append("TensorBoard was off for this run (logger=tensorboard turns it on); "
                      f"{run_path}/metrics.jsonl holds every metric.")
     return "\n".join(lines)
+
+
+def finished_run_summary(cfg: TrainConfig, run_dir: Path, final: dict[str, float],
+                         sweep_dir: Path | None = None) -> str:
+    """`summary` of a run that trained with `cfg`; `sweep_dir` when it is one point of a sweep."""
+    return summary(FinishedRun(
+        run_dir=run_dir, task=cfg.env.task, total_steps=cfg.total_steps, final_eval=final,
+        tensorboard=cfg.logger.tensorboard, has_viewer=suite_hook(load_adapter(cfg.env.suite), "view") is not None,
+        sweep_dir=sweep_dir))

@@ -5,9 +5,10 @@ One runner serves every suite and every algorithm: it sees envs only through the
 `fast_td3.learner.algorithms.OffPolicyAlgorithm` (explore, update, act, value, training state) and
 `ReplayBuffer`. A steady-state global step makes no host sync outside the env: the NaN guard
 screens on the device and is read at each log, the step's batches come from one gather, and
-with `algo.compile` the action is compiled like the update. Everything
-that needs the host (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the loop lives in modules
-of its own: episodes.py, guards.py, eval_diagnostics.py, run_state.py.
+with `algo.compile` the action is compiled like the update. Everything that needs the host
+(logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the
+loop lives in modules of its own: collector.py, guards.py, gate_loop.py, eval_diagnostics.py.
+The runner owns its state: `state()` is its checkpoint, `load_state()` puts one back.
 """
 
 from __future__ import annotations
@@ -20,32 +21,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.protocol import (
-    ACTOR,
-    CRITIC,
-    EPISODE,
-    FINAL_OBSERVATIONS,
-    TIME_OUTS,
-    VecEnv,
-    critic_observations,
-    optional_attribute,
-)
-from fast_td3.training import checkpoint as ckpt
-from fast_td3.training import distributed, run_state
-from fast_td3.learner import batch as keys
+from envs.protocol import EnvSpec, VecEnv, optional_attribute
 from fast_td3.learner.algorithms import make_algorithm
-from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
-from fast_td3.training.episodes import EPISODE_METRIC_PREFIX, EpisodeStats, episode_means  # noqa: F401 (re-exported)
-from fast_td3.training.eval_diagnostics import eval_diagnostics, record_eval_step
-from fast_td3.training.evaluation import EvalTrace, eval_seed, run_episodes, summarize, write_video
-from fast_td3.training.gate_loop import GateLoop
-from fast_td3.training.guards import (  # noqa: F401
-    FiniteGuard, NonFiniteObservationError, TrainingStopped, check_finite, non_finite_message, stop_signals_set_flag,
-)
-from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
 from fast_td3.learner.replay import ReplayBuffer
-from fast_td3.training.run_state import CHECKPOINT_FORMAT, CheckpointMismatchError, config_dict, seed_everything  # noqa: F401
+from fast_td3.learner.symmetry import mirror_augmentation
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training import distributed
+from fast_td3.training.checkpoint import CheckpointMismatchError
+from fast_td3.training.config import TrainConfig, config_dict
+from fast_td3.training.collector import Collector
+from fast_td3.training.episodes import episode_means
+from fast_td3.training.eval_diagnostics import evaluate_in_run
+from fast_td3.training.evaluation import write_video
+from fast_td3.training.gate_loop import GateLoop, gate_satisfied
+from fast_td3.training.guards import TrainingStopped, stop_signals
+from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
+from fast_td3.training.run_state import restore_rng, rng_state, seed_everything, upgrade
 
 VIDEO_FPS = 30
 
@@ -73,8 +65,9 @@ class Runner:
         self.batch_size = distributed.batch_per_rank(algo.batch_size, cfg.distributed.batch, env.num_envs, ranks)
         self.seed = ranks.rank_seed(cfg.seed)
         """This rank's seed: exploration, replay sampling, env resets (rank 0: the run seed)."""
+        self.spec = EnvSpec.of(env)
         self.agent = make_algorithm(
-            algo, env.num_obs, env.num_actions, env.num_critic_obs, env.num_envs, self.device,
+            algo, self.spec, self.device,
             # updates run from global step `learning_starts` to the last one
             total_critic_updates=max(cfg.total_steps - algo.learning_starts + 1, 1) * algo.num_updates,
         )
@@ -85,19 +78,14 @@ class Runner:
             # every env starts an episode: this rank's own exploration draws (e.g. FastTD3's noise stds)
             self.agent.episodes_ended(torch.ones(env.num_envs, dtype=torch.bool, device=self.device))
         self.buffer = ReplayBuffer(
-            env.num_envs, algo.buffer_size, env.num_obs, env.num_actions, num_critic_obs=env.num_critic_obs,
+            self.spec, algo.buffer_size,
             critic_obs_extends_actor_obs=optional_attribute(env, "critic_obs_extends_actor_obs"),
             n_step=algo.n_step, gamma=algo.gamma,
             obs_dtype=torch.bfloat16 if algo.store_obs_bf16 else torch.float32, device=self.device,
         )
         self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.episodes = EpisodeStats.zeros(env.num_envs, self.device)
-        self.guard = FiniteGuard(env.num_envs, self.device) if cfg.check_finite else None
-        # With algo.compile the action (policy, noise) is compiled like the update. The statistics
-        # after the env step stay eager: torch 2.13's compile drops in-place writes to 0-dim
-        # float64 buffers on CPU (the normalisers' sample counts), which silently stopped their
-        # statistics accumulating (tests/test_hot_path.py checks the counts under compile).
-        self._explore = torch.compile(self.agent.explore) if algo.compile else self.agent.explore
+        self.mirror = mirror_augmentation(env, self.device) if algo.symmetry else None
+        self.collector = Collector(cfg, self.agent, self.buffer, env.num_envs, self.device, ranks)
         record_gait_signals = optional_attribute(env, "record_gait_signals")
         if record_gait_signals is not None:
             record_gait_signals(False)  # only evaluation reads them
@@ -111,7 +99,6 @@ class Runner:
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._updated_in_this_process = False
-        self.stop_requested: int = 0  # the signal that asked to stop
         self.gate: GateLoop | None = None  # the deploy gate while training (rank 0, gate.interval > 0)
 
     # ================================================================ the loop
@@ -124,7 +111,7 @@ class Runner:
         if cfg.gate.interval and self.ranks.is_main:
             self.gate = GateLoop(cfg, self.run_dir, self.checkpoints, self.global_step, logger.note)
         try:
-            with stop_signals_set_flag(self):
+            with stop_signals() as stop_request:
                 while self.global_step < cfg.total_steps and not self._gate_satisfied():
                     obs, critic_obs = self.collect(obs, critic_obs)
                     self.global_step += 1
@@ -139,53 +126,36 @@ class Runner:
                         with interval.paused():
                             self.evaluate()
                     if self.gate is not None:
-                        self.tend_gate(final=False)
+                        self._tend_gate(final=False)
                     if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
                         self._stop_if_non_finite()
                         with interval.paused():
                             self.save()
-                    stop = distributed.any_rank(self.stop_requested, self.ranks)  # every rank stops at one step
+                    stop = distributed.any_rank(stop_request.signum, self.ranks)  # every rank stops at one step
                     if stop:
                         raise TrainingStopped(self.global_step, self.save(), stop)
                 self._stop_if_non_finite()
                 final = self.evaluate()
                 self.save()
                 if self.gate is not None:
-                    self.tend_gate(final=True)
+                    self._tend_gate(final=True)
                 return final
         finally:
             if self.gate is not None:
-                self._take_verdicts(self.gate.poll())  # one that arrived just before a stop is logged too
+                self.gate.take(self.gate.poll(), logger)  # one that arrived just before a stop is logged too
                 self.gate.close()
             logger.close()
             self._logger = None
 
-    def tend_gate(self, final: bool) -> None:
-        """Hand a due gate step to the gate loop; log the verdicts that arrived (at the end: all of them)."""
-        gate = self.gate
-        if gate.due(self.global_step) and (final or self.global_step < self.cfg.total_steps):
-            gate.submit(self.global_step, run_state.capture(self, with_buffer=False),
-                        self.last_eval.get("eval/return_mean"))
-        self._take_verdicts(gate.drain() if final else gate.poll())
-
-    def _take_verdicts(self, verdicts) -> None:
-        for verdict in verdicts:
-            self._logger.log_past(verdict.step, verdict.metrics, "gate/step")
-            promoted = self.gate.absorb(verdict)
-            self._logger.note(verdict.line() + (": now best.pt" if promoted else ""))
+    def _tend_gate(self, final: bool) -> None:
+        self.gate.tend(self.global_step, final, lambda: self.state(with_buffer=False),
+                       self.last_eval.get("eval/return_mean"), self._logger)
 
     def _gate_satisfied(self) -> bool:
-        """The gate passed `gate.stop_after_passes` times in a row; every rank asks at the same
-        steps (the logs), so a torchrun job stops together without a collective per step."""
+        """Asked at the logs only, so a torchrun job stops together without a collective per step."""
         if not self.cfg.gate.stop_after_passes or not self._due(self.cfg.logger.log_interval):
             return False
-        done = self.gate is not None and self.gate.satisfied
-        if self.ranks.enabled:
-            done = bool(distributed.any_rank(int(done), self.ranks))
-        if done and self.gate is not None:
-            self._logger.note(f"Stopping at global step {self.global_step}: the gate passed "
-                              f"{self.gate.passes_in_a_row} times in a row (gate.stop_after_passes)")
-        return done
+        return gate_satisfied(self.gate, self.ranks, self.global_step, self._logger.note)
 
     def learning_started(self) -> bool:
         return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
@@ -195,74 +165,18 @@ class Runner:
 
     # ================================================================ collect
     def _reset_envs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # A resumed run cannot restore simulator state: it restarts episodes from
-        # seeds derived from (seed, step), so the continuation is reproducible.
-        seed = None
-        if self.global_step > 0:
-            seed = int(np.random.SeedSequence([self.seed, self.global_step]).generate_state(1)[0])
-        obs, extras = self.env.reset(seed=seed)
-        obs, critic_obs = self._to_device(obs), self._to_device(critic_observations(obs, extras))
-        self._check_finite({"observations": obs, "critic observations": critic_obs}, at_reset=True)
-        return obs, critic_obs
-
-    def _to_device(self, x: torch.Tensor | None) -> torch.Tensor | None:
-        return None if x is None else x.to(self.device, non_blocking=True)
+        # A resumed run cannot restore simulator state: it restarts episodes from seeds derived
+        # from (seed, step), so the continuation is reproducible.
+        seed = int(np.random.SeedSequence([self.seed, self.global_step]).generate_state(1)[0]) if self.global_step \
+            else None
+        return self.collector.reset(self.env, seed, self.global_step, self.save)
 
     def collect(self, obs: torch.Tensor, critic_obs: torch.Tensor | None):
         """One vectorised env step with the algorithm's exploration, stored in the replay buffer."""
-        to = self._to_device
-        actions = self._explore(obs)
-        next_obs, rewards, dones, extras = self.env.step(actions.to(self.env.device))
-        final = extras[FINAL_OBSERVATIONS]
-        step = {"observations": to(next_obs), "critic observations": to(critic_observations(next_obs, extras)),
-                "rewards": to(rewards), "final observations": to(final.get(ACTOR)),
-                "final critic observations": to(final.get(CRITIC))}
-        dones, time_outs = to(dones), to(extras[TIME_OUTS])
-        valid = None
-        if self.guard is not None:  # on the device: no sync; read at the next log
-            step, valid = self.guard.screen(step)
-        transition = {keys.OBS: obs, keys.ACTIONS: actions, keys.REWARDS: step["rewards"],
-                      keys.TERMINATED: dones & ~time_outs, keys.TRUNCATED: time_outs,
-                      keys.NEXT_OBS: step["final observations"]}
-        if critic_obs is not None:
-            transition[keys.CRITIC_OBS] = critic_obs
-            transition[keys.NEXT_CRITIC_OBS] = step["final critic observations"]
-        self._absorb_step(obs, critic_obs, step["rewards"], dones, valid, extras.get(EPISODE))
-        self.buffer.extend(transition, valid)
-        return step["observations"], step["critic observations"]
-
-    def _absorb_step(self, obs, critic_obs, rewards, dones, valid, episode_metrics) -> None:
-        """What one step teaches the running state: normalisers, exploration redraws, episode sums."""
-        self.agent.update_normalizers(obs, critic_obs, rewards, dones, valid)
-        self.agent.episodes_ended(dones)
-        self.episodes.update(rewards, dones, episode_metrics)
-
-    def _check_finite(self, tensors: dict[str, torch.Tensor | None], at_reset: bool = False) -> None:
-        if self.cfg.check_finite:
-            check_finite(tensors, self.env.num_envs, self.device, self.ranks, self.save,
-                         self.global_step + (not at_reset), self.cfg.env.task, at_reset)
-            self.guard.sync_step(self.global_step)
+        return self.collector.step(self.env, obs, critic_obs)
 
     def _stop_if_non_finite(self) -> None:
-        """Read the NaN guard (one sync, at a log): stop every rank with a clean checkpoint when
-        any env produced NaN or inf since the last check."""
-        if self.guard is None:
-            return
-        found = self.guard.tripped()
-        if self.ranks.enabled:
-            if not distributed.any_rank(int(found is not None), self.ranks):
-                return
-        elif found is None:
-            return
-        if found is None:
-            raise NonFiniteObservationError(
-                f"another rank found NaN or inf before global step {self.global_step}; its message names the "
-                f"env. Checkpoint: {self.save()}")
-        step, env, field, envs = found
-        dropped = self.global_step - step + 1
-        self.buffer.rewind(dropped)  # the skipped writes: the buffer is what it was before step `step`
-        raise NonFiniteObservationError(
-            non_finite_message(step, env, field, envs, self.cfg.env.task, self.save(), dropped))
+        self.collector.stop_if_non_finite(self.global_step, self.save)
 
     # ================================================================ learn
     def learn(self) -> None:
@@ -275,6 +189,8 @@ class Runner:
                 self._logger.learning_begins(self.global_step, compiles=self.cfg.algo.compile)
         batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates, generator=self.sample_generator)
         for batch in batches:
+            if self.mirror is not None:
+                batch = self.mirror(batch)
             self._metrics.update(self.agent.update(batch).items())
         self._updates_since_log += self.cfg.algo.num_updates
         if first and self._logger is not None:
@@ -282,18 +198,14 @@ class Runner:
 
     # ================================================================ log
     def log(self, interval: "IntervalClock") -> None:
-        device_metrics = distributed.sum_over_ranks(self.episodes.read(), self.ranks)  # episodes of every rank
+        device_metrics = distributed.sum_over_ranks(self.collector.episodes.read(), self.ranks)  # episodes of every rank
         names = self.agent.metric_names
         device_metrics.update({names.get(k, f"algo/{k}"): v for k, v in self._metrics.items()})
         metrics = to_host(device_metrics)
         episode_means(metrics)
         metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
-        seconds, steps = interval.lap(self.global_step)
-        # The interval holding the first update includes compilation: not a throughput.
-        if seconds > 0 and steps > 0 and not self._first_update_in_interval:
-            metrics["perf/global_steps_per_s"] = steps / seconds
-            metrics["perf/env_steps_per_s"] = steps * self.env.num_envs * self.ranks.world_size / seconds
-            metrics["perf/updates_per_s"] = self._updates_since_log / seconds
+        metrics.update(interval.rates(self.global_step, self.env.num_envs * self.ranks.world_size,
+                                      self._updates_since_log, self._first_update_in_interval))
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._logger.log(self.global_step, metrics)
@@ -302,25 +214,15 @@ class Runner:
     def evaluate(self) -> dict[str, float]:
         if self.eval_env is None:
             return {}
-        env, cfg = self.eval_env, self.cfg
-        frames: list = []
-        on_step = (lambda t: frames.append(env.render(0))) if cfg.eval_video and self.ranks.is_main else None
-        trace = EvalTrace() if self.ranks.is_main else None  # gait metrics and diagnostics: rank 0's episodes
-        on_transition = None if trace is None else (
-            lambda step: record_eval_step(self.agent, env, step, trace, self._to_device, cfg.algo.disable_bootstrap))
-        policy = lambda obs: self.agent.act(obs.to(self.device)).to(env.device)  # noqa: E731
-        episodes = run_episodes(env, policy, eval_seed(self.seed), on_step, on_transition)
-        results = summarize(distributed.gather_episodes(episodes, self.ranks))  # every rank's episodes
-        if trace:
-            results.update(eval_diagnostics(trace, self.run_dir, self.global_step, cfg.algo.gamma,
-                                            self.agent.value_reduction, bool(cfg.env.reward_scales)))
+        results, frames = evaluate_in_run(self.agent, self.eval_env, self.cfg, self.seed, self.ranks, self.run_dir,
+                                          self.global_step, self.collector.to_device)
         self.last_eval = results
         self._keep_if_best(results)
         if self._logger is not None:
             self._logger.log(self.global_step, results)
         if frames:
             path = self.run_dir / "videos" / f"step_{self.global_step:09d}.mp4"
-            write_video(frames[: int(episodes["lengths"][0])], path, VIDEO_FPS)
+            write_video(frames, path, VIDEO_FPS)
             if self._logger is not None:
                 self._logger.log_video(self.global_step, path)
         return results
@@ -335,12 +237,39 @@ class Runner:
             return
         self.best_eval = {"step": self.global_step, "return_mean": score}
         if self.ranks.is_main:
-            self.checkpoints.save_best(run_state.capture(self, with_buffer=False))
+            self.checkpoints.save_best(self.state(with_buffer=False))
 
     # ================================================================ checkpoints
-    def state(self) -> dict[str, Any]:
-        """Everything a resumed run needs (the replay buffer only with save_buffer)."""
-        return run_state.capture(self)
+    def state(self, with_buffer: bool = True) -> dict[str, Any]:
+        """The checkpoint: step, the algorithm's training state, RNG streams, the env record, config,
+        the best evaluation so far, and the replay buffer with save_buffer (unless `with_buffer` is
+        false: best.pt and the gate's checkpoints are for evaluation and export)."""
+        state = {"format": ckpt.FORMAT, "global_step": self.global_step, "agent": self.agent.training_state(),
+                 "rng": rng_state(self.sample_generator), "env": self.spec.record(), "config": config_dict(self.cfg),
+                 "best_eval": self.best_eval}
+        if self.cfg.save_buffer and with_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put back an (upgraded) checkpoint of envs of this shape and this algorithm."""
+        algo, trained = self.cfg.algo.name, state["config"].get("algo", {}).get("name", "fast_td3")
+        if state["env"] != self.spec.record():
+            raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are "
+                                          f"{self.spec.record()}")
+        if trained != algo:
+            raise CheckpointMismatchError(f"checkpoint was trained with algo={trained}, this run is algo={algo}")
+        self.agent.load_training_state(state["agent"])
+        self.global_step = int(state["global_step"])
+        self.best_eval = state.get("best_eval")  # older checkpoints: none yet
+        if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
+            restore_rng(state["rng"], self.sample_generator)
+        if "buffer" in state:  # rank 0's transitions on every rank: all ranks start learning together
+            self.buffer.load_state_dict(state["buffer"])
+        if not self.ranks.is_main:  # not the env-reset seed of `_reset_envs` ([seed, step]): a third entry
+            rank_stream = int(np.random.SeedSequence([self.seed, self.global_step, 1]).generate_state(1)[0])
+            seed_everything(rank_stream)
+            self.sample_generator.manual_seed(rank_stream)
 
     def save(self, wait_for_all: bool = True) -> Path | None:
         """Rank 0 writes the checkpoint; with `wait_for_all`, every rank returns once it exists
@@ -355,9 +284,9 @@ class Runner:
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: step counter, schedules, normalisers, exploration, RNG streams."""
         path = ckpt.find_checkpoint(path)
-        state = run_state.upgrade(ckpt.load(path))
+        state = upgrade(ckpt.load(path))
         ckpt.check_matches(state, config_dict(self.cfg), path)  # e.g. another task's checkpoint of equal shapes
-        run_state.restore(self, state)
+        self.load_state(state)
         if self.ranks.is_main and ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
             # Continuing from an older checkpoint of this run: what came after it is another
             # history; keep those files aside rather than mixing or pruning them.

@@ -43,6 +43,17 @@ def joblib_parallel_jobs(n_jobs: int, cores: int) -> int:
     return n_jobs if n_jobs > 0 else max(cores + 1 + n_jobs, 1)
 
 
+def sweep_jobs_in_parallel(hydra_cfg) -> int:
+    """Runs of this Hydra sweep executing at once (the joblib launcher's n_jobs), else 1."""
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=None)
+    if hydra_cfg.mode != RunMode.MULTIRUN or not isinstance(n_jobs, int):
+        return 1
+    return joblib_parallel_jobs(n_jobs, cores_available())
+
+
 def thread_share(
     cores: int, environ: Mapping[str, str] | None = None, sweep_jobs: int = 1, granted: Grant | None = None
 ) -> ThreadShare:

@@ -1,5 +1,4 @@
-"""What every off-policy algorithm here shares: the pure C51 losses, learning-rate schedules,
-optimiser helpers, and `OffPolicyAlgorithm`, the learner base class.
+"""`OffPolicyAlgorithm`, the learner base class every algorithm here shares.
 
 An algorithm (one module in this package, e.g. `fast_td3.py`, `fast_sac.py`) subclasses
 `OffPolicyAlgorithm` and supplies its actor (`make_actor`), its own parts (`setup`), how it
@@ -8,9 +7,10 @@ explores (`explore`, `episodes_ended`) and one update (`_update`, the function h
 and reward normalisers, actor and critic optimisers with their schedules, update counters,
 precision, compilation, data-parallel gradient averaging, `act`, `value` and training state.
 
-The loss functions take modules and tensors and return tensors; they hold no state and branch
-only on Python configuration, never on tensor values. Inside `_update` there are no host syncs;
-the actor's schedule is decided on the host from integer counters.
+The constructor builds, one small builder per part; compiling is a step of its own
+(`compile_update`, which `make_algorithm` calls). The shared losses are in `losses.py`, the
+optimisers and schedules in `optimization.py`. Inside `_update` there are no host syncs; the
+actor's schedule is decided on the host from integer counters.
 """
 
 from __future__ import annotations
@@ -19,149 +19,27 @@ import copy
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3.learner import batch as keys
+from envs.protocol import EnvSpec
+from fast_td3.learner import transition_keys as keys
+from fast_td3.learner.algorithms.losses import bootstrap_mask
+from fast_td3.learner.algorithms.optimization import (
+    LearningRateSchedule, actor_update_due, load_optimizer_state, make_adamw, polyak_update_,
+)
 from fast_td3.learner.config import AlgoConfig
 from fast_td3.learner.device import resolve_device
 from fast_td3.learner.data_parallel import average_gradients_
-from fast_td3.learner.networks import DistributionalCritic, project_distribution
+from fast_td3.learner.networks import DistributionalCritic
 from fast_td3.learner.normalization import EmpiricalNormalization, RewardNormalization, return_bound_of_support
 from fast_td3.learner.precision import Precision, configure_matmul, resolve_precision
 
 # torch.compile mode per device type when AlgoConfig.compile_mode == "auto".
 # CUDA graphs remove per-kernel launch cost on GPU; on CPU they do not exist.
 AUTO_COMPILE_MODES = {"cuda": "reduce-overhead", "cpu": "default"}
-
-# --------------------------------------------------------------------------- losses
-def bootstrap_mask(terminated: torch.Tensor, truncated: torch.Tensor, disable_bootstrap: bool) -> torch.Tensor:
-    """1 where the TD target adds the discounted next value: never after a termination;
-    after a time-out (from its true final observation) unless bootstrapping is disabled."""
-    ended = terminated | truncated if disable_bootstrap else terminated
-    return (~ended).float()
-
-
-def target_distribution(
-    target_critic: DistributionalCritic,
-    next_critic_obs: torch.Tensor,
-    next_actions: torch.Tensor,
-    rewards: torch.Tensor,
-    bootstrap: torch.Tensor,
-    discount: torch.Tensor,
-    use_cdq: bool,
-) -> torch.Tensor:
-    """Projected TD target of every head, `[heads, batch, atoms]`.
-
-    With clipped double Q every head learns the same target: per sample, the
-    projection of the target head whose distribution has the smaller mean.
-    Without it each head learns from its own target head.
-    """
-    next_probs = torch.softmax(target_critic(next_critic_obs, next_actions).float(), dim=-1)
-    projected = project_distribution(next_probs, rewards, bootstrap, discount, target_critic.support)
-    if not use_cdq:
-        return projected
-    next_q = (next_probs * target_critic.support).sum(-1)  # [heads, batch]
-    pick = next_q.argmin(dim=0)  # [batch]
-    index = pick.view(1, -1, 1).expand(1, *projected.shape[1:])
-    return projected.gather(0, index).expand_as(projected)
-
-
-def critic_loss(
-    critic: DistributionalCritic,
-    critic_obs: torch.Tensor,
-    actions: torch.Tensor,
-    target_probs: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of each head's logits against its target, batch-mean, summed over heads.
-
-    Returns the loss and the heads' expected values `[heads, batch]` (for logging).
-    """
-    logits = critic(critic_obs, actions).float()
-    log_probs = torch.log_softmax(logits, dim=-1)
-    loss = -(target_probs * log_probs).sum(-1).mean(-1).sum()
-    q_values = (log_probs.exp() * critic.support).sum(-1)
-    return loss, q_values
-
-
-@torch.no_grad()
-def polyak_update_(target: Iterable[torch.Tensor], online: Iterable[torch.Tensor], tau: float) -> None:
-    """`target <- target + tau * (online - target)` for all tensors in one fused op."""
-    torch._foreach_lerp_(list(target), list(online), tau)
-
-
-def actor_update_due(critic_updates_done: int, policy_frequency: int) -> bool:
-    """The actor steps after every `policy_frequency`-th critic update, counted over the
-    whole run, so any (num_updates, policy_frequency) pair gives
-    `floor(critic_updates / policy_frequency)` actor updates."""
-    return critic_updates_done % policy_frequency == 0
-
-
-# --------------------------------------------------------------------------- schedule
-class LearningRateSchedule:
-    """Constant or cosine learning rate written into an optimiser's (tensor) `lr`.
-
-    The value is computed on the host from an integer update counter and
-    written in place, so a compiled update sees one tensor whose content changes.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, start: float, end: float, total: int, kind: str) -> None:
-        self.optimizer = optimizer
-        self.start, self.end, self.total, self.kind = start, end, max(int(total), 1), kind
-        self.updates = 0
-        self._write(self.value())
-
-    def value(self) -> float:
-        if self.kind == "constant":
-            return self.start
-        progress = min(self.updates / self.total, 1.0)
-        return self.end + 0.5 * (self.start - self.end) * (1.0 + math.cos(math.pi * progress))
-
-    def step(self) -> None:
-        self.updates += 1
-        if self.kind != "constant":  # a constant rate was written once: no launch per update
-            self._write(self.value())
-
-    def _write(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"].fill_(lr)
-            else:
-                group["lr"] = lr
-
-    def state_dict(self) -> dict:
-        return {"updates": self.updates}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.updates = int(state["updates"])
-        self._write(self.value())
-
-
-def make_adamw(params: Iterable[nn.Parameter], lr: float, cfg: AlgoConfig, device: torch.device,
-               weight_decay: float | None = None) -> torch.optim.AdamW:
-    """AdamW with a tensor learning rate and the fused kernel where torch has one
-    (`weight_decay` None: the shared `cfg.weight_decay`)."""
-    fused = device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(
-        params,
-        lr=torch.tensor(lr, device=device) if fused else lr,
-        betas=tuple(cfg.adam_betas),
-        weight_decay=cfg.weight_decay if weight_decay is None else weight_decay,
-        fused=fused or None,
-    )
-
-
-def _load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Load a copy of `state` (never alias another optimizer's moments) and keep this
-    optimizer's own learning-rate tensors, which schedules and compiled code hold on to."""
-    own_lrs = [group["lr"] for group in optimizer.param_groups]
-    optimizer.load_state_dict(copy.deepcopy(state))
-    for group, lr in zip(optimizer.param_groups, own_lrs):
-        if isinstance(lr, torch.Tensor):
-            group["lr"] = lr
 
 
 # --------------------------------------------------------------------------- learner
@@ -197,64 +75,19 @@ class OffPolicyAlgorithm(nn.Module):
     }
     """Logged name of each metric `update` returns; a metric not listed here is logged as algo/<name>."""
 
-    def __init__(
-        self,
-        cfg: AlgoConfig,
-        num_obs: int,
-        num_actions: int,
-        num_critic_obs: int | None = None,
-        num_envs: int = 1,
-        device: torch.device | str | None = "auto",
-        total_critic_updates: int | None = None,
-    ) -> None:
+    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, device: torch.device | str | None = "auto",
+                 total_critic_updates: int | None = None) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.spec = cfg, spec
         self.device = resolve_device(device)
         self.precision: Precision = resolve_precision(cfg.precision, self.device)
         """What `cfg.precision` resolved to on this device (auto: by the hardware), and why."""
         configure_matmul(self.precision, self.device)
-        self.num_obs = num_obs
-        self.num_actions = num_actions
-        self.num_critic_obs = num_critic_obs
-        self.num_envs = num_envs
-        critic_in = num_critic_obs if num_critic_obs is not None else num_obs
-
         self.actor = self.make_actor()
-        self.critic = DistributionalCritic(
-            critic_in, num_actions, cfg.critic_hidden_dims, cfg.num_atoms, cfg.v_min, cfg.v_max,
-            activation=cfg.activation, layer_norm=cfg.layer_norm,
-        )
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        if cfg.obs_normalization:
-            self.obs_normalizer: nn.Module = EmpiricalNormalization(num_obs, eps=cfg.normalizer_eps)
-            self.critic_obs_normalizer: nn.Module = (
-                EmpiricalNormalization(num_critic_obs, eps=cfg.normalizer_eps)
-                if num_critic_obs is not None
-                else nn.Identity()
-            )
-        else:
-            self.obs_normalizer = nn.Identity()
-            self.critic_obs_normalizer = nn.Identity()
-        self.reward_normalizer = (
-            RewardNormalization(num_envs, cfg.gamma, g_max=return_bound_of_support(cfg.v_min, cfg.v_max))
-            if cfg.reward_normalization else None
-        )
+        self.critic, self.target_critic = self._make_critics()
+        self.obs_normalizer, self.critic_obs_normalizer, self.reward_normalizer = self._make_normalizers()
         self.to(self.device)
-
-        self.actor_optimizer = make_adamw(self.actor.parameters(), cfg.actor_lr, cfg, self.device)
-        self.critic_optimizer = make_adamw(self.critic.parameters(), cfg.critic_lr, cfg, self.device)
-        schedule_len = cfg.schedule_updates or total_critic_updates or 0
-        if cfg.lr_schedule == "cosine" and schedule_len <= 0:
-            raise ValueError(
-                "lr_schedule='cosine' needs a length: set schedule_updates or pass total_critic_updates"
-            )
-        self.actor_schedule = LearningRateSchedule(
-            self.actor_optimizer, cfg.actor_lr, cfg.actor_lr_end,
-            math.ceil(schedule_len / cfg.policy_frequency), cfg.lr_schedule,
-        )
-        self.critic_schedule = LearningRateSchedule(
-            self.critic_optimizer, cfg.critic_lr, cfg.critic_lr_end, schedule_len, cfg.lr_schedule
-        )
+        self._make_optimizers(total_critic_updates)
         self.critic_updates = 0
         self.actor_updates = 0
         self._critic_params = list(self.critic.parameters())
@@ -262,11 +95,52 @@ class OffPolicyAlgorithm(nn.Module):
         self._actor_params = list(self.actor.parameters())
         self.gradient_ranks = 1
         """Ranks whose gradients each update averages (see `enable_data_parallel`)."""
+        self.compile_mode: str | None = None
+        self._update_fn = self._update  # eager until `compile_update`
         self.setup()
-        self.compile_mode = self._resolve_compile_mode()
-        self._update_fn = (
-            torch.compile(self._update, mode=self.compile_mode) if cfg.compile else self._update
+
+    def _make_critics(self) -> tuple[DistributionalCritic, DistributionalCritic]:
+        """The twin C51 critic and its target (a frozen copy, moved by Polyak averaging)."""
+        cfg = self.cfg
+        critic = DistributionalCritic(
+            self.spec.critic_obs_size, self.spec.num_actions, cfg.critic_hidden_dims, cfg.num_atoms, cfg.v_min,
+            cfg.v_max, activation=cfg.activation, layer_norm=cfg.layer_norm,
         )
+        return critic, copy.deepcopy(critic).requires_grad_(False)
+
+    def _make_normalizers(self) -> tuple[nn.Module, nn.Module, RewardNormalization | None]:
+        """Running normalisers of the actor's and the critic's observations, and of rewards."""
+        cfg, spec = self.cfg, self.spec
+        obs, critic_obs = nn.Identity(), nn.Identity()
+        if cfg.obs_normalization:
+            obs = EmpiricalNormalization(spec.num_obs, eps=cfg.normalizer_eps)
+            if spec.num_critic_obs is not None:
+                critic_obs = EmpiricalNormalization(spec.num_critic_obs, eps=cfg.normalizer_eps)
+        rewards = None
+        if cfg.reward_normalization:
+            rewards = RewardNormalization(spec.num_envs, cfg.gamma, g_max=return_bound_of_support(cfg.v_min, cfg.v_max))
+        return obs, critic_obs, rewards
+
+    def _make_optimizers(self, total_critic_updates: int | None) -> None:
+        """AdamW for the actor and the critic, and their learning-rate schedules."""
+        cfg = self.cfg
+        self.actor_optimizer = make_adamw(self.actor.parameters(), cfg.actor_lr, cfg, self.device)
+        self.critic_optimizer = make_adamw(self.critic.parameters(), cfg.critic_lr, cfg, self.device)
+        length = cfg.schedule_updates or total_critic_updates or 0
+        if cfg.lr_schedule == "cosine" and length <= 0:
+            raise ValueError("lr_schedule='cosine' needs a length: set schedule_updates or pass total_critic_updates")
+        self.actor_schedule = LearningRateSchedule(self.actor_optimizer, cfg.actor_lr, cfg.actor_lr_end,
+                                                   math.ceil(length / cfg.policy_frequency), cfg.lr_schedule)
+        self.critic_schedule = LearningRateSchedule(self.critic_optimizer, cfg.critic_lr, cfg.critic_lr_end, length,
+                                                    cfg.lr_schedule)
+
+    def compile_update(self) -> OffPolicyAlgorithm:
+        """Hand `_update` to `torch.compile` when `cfg.compile` (the mode: `cfg.compile_mode`); until
+        then updates run eagerly. A step of its own, after building; returns the algorithm."""
+        if self.cfg.compile:
+            self.compile_mode = self._resolve_compile_mode()
+            self._update_fn = torch.compile(self._update, mode=self.compile_mode)
+        return self
 
     # ----------------------------------------------------------------- what an algorithm supplies
     def make_actor(self) -> nn.Module:
@@ -339,12 +213,12 @@ class OffPolicyAlgorithm(nn.Module):
         the smaller twin head with `use_cdq` (what the actor maximises), else the heads' mean;
         times the reward normaliser's scale when rewards are normalised."""
         with self._autocast():
-            if self.num_critic_obs is not None:
+            if self.spec.num_critic_obs is not None:
                 inputs = self.critic_obs_normalizer(critic_obs)
             else:
                 inputs = self.obs_normalizer(obs)
             q = self.critic.expected_value(self.critic(inputs, actions))
-        q = q.min(dim=0).values if self.cfg.use_cdq else q.mean(dim=0)
+        q = self.critic.reduce_heads(q, self.cfg.use_cdq)
         if self.reward_normalizer is not None:
             q = q * self.reward_normalizer.scale()
         return q.float()
@@ -409,7 +283,7 @@ class OffPolicyAlgorithm(nn.Module):
         with self._autocast():
             obs = self.obs_normalizer(batch[keys.OBS])
             next_obs = self.obs_normalizer(batch[keys.NEXT_OBS])
-            if self.num_critic_obs is not None:
+            if self.spec.num_critic_obs is not None:
                 critic_obs = self.critic_obs_normalizer(batch[keys.CRITIC_OBS])
                 next_critic_obs = self.critic_obs_normalizer(batch[keys.NEXT_CRITIC_OBS])
             else:
@@ -470,8 +344,8 @@ class OffPolicyAlgorithm(nn.Module):
 
     def load_training_state(self, state: dict) -> None:
         self.load_state_dict(state["modules"])
-        _load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
-        _load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
         self.actor_schedule.load_state_dict(state["actor_schedule"])
         self.critic_schedule.load_state_dict(state["critic_schedule"])
         self.critic_updates = int(state["critic_updates"])

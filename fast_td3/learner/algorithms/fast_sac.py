@@ -19,9 +19,9 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3.learner.algorithms.base import (
-    OffPolicyAlgorithm, _load_optimizer_state, critic_loss, make_adamw, target_distribution,
-)
+from fast_td3.learner.algorithms.base import OffPolicyAlgorithm
+from fast_td3.learner.algorithms.losses import critic_loss, target_distribution
+from fast_td3.learner.algorithms.optimization import load_optimizer_state, make_adamw
 from fast_td3.learner.networks import DistributionalCritic, GaussianActor
 
 
@@ -54,7 +54,7 @@ def sac_actor_loss(
     The critic's parameters are detached (no critic gradients in the actor's backward)."""
     actions, log_probs = actor.sample(obs)
     q = critic.expected_value(critic(critic_obs, actions, detach_params=True))
-    value = q.min(dim=0).values if use_cdq else q.mean(dim=0)
+    value = critic.reduce_heads(q, use_cdq)
     return (alpha * log_probs - value).mean(), log_probs
 
 
@@ -70,14 +70,14 @@ class FastSAC(OffPolicyAlgorithm):
 
     def make_actor(self) -> nn.Module:
         cfg, own = self.cfg, self.cfg.fast_sac
-        return GaussianActor(self.num_obs, self.num_actions, cfg.actor_hidden_dims, own.log_std_min,
+        return GaussianActor(self.spec.num_obs, self.spec.num_actions, cfg.actor_hidden_dims, own.log_std_min,
                              own.log_std_max, activation=cfg.activation, layer_norm=cfg.layer_norm)
 
     def setup(self) -> None:
         own = self.cfg.fast_sac
         self.log_alpha = nn.Parameter(torch.full((1,), math.log(own.alpha_init), device=self.device),
                                       requires_grad=own.learn_alpha)
-        self.target_entropy = own.target_entropy_per_action * self.num_actions
+        self.target_entropy = own.target_entropy_per_action * self.spec.num_actions
         self.alpha_optimizer = make_adamw([self.log_alpha], own.alpha_lr, self.cfg, self.device,
                                           weight_decay=own.alpha_weight_decay)
 
@@ -127,7 +127,7 @@ class FastSAC(OffPolicyAlgorithm):
         return {"alpha_optimizer": self.alpha_optimizer.state_dict()}
 
     def load_extra_state(self, state: dict) -> None:
-        _load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"])
+        load_optimizer_state(self.alpha_optimizer, state["alpha_optimizer"])
 
 
 ALGORITHM = FastSAC

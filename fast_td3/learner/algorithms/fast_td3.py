@@ -13,7 +13,9 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from fast_td3.learner.algorithms.base import OffPolicyAlgorithm, critic_loss, polyak_update_, target_distribution
+from fast_td3.learner.algorithms.base import OffPolicyAlgorithm
+from fast_td3.learner.algorithms.losses import critic_loss, target_distribution
+from fast_td3.learner.algorithms.optimization import polyak_update_
 from fast_td3.learner.exploration import PerEnvGaussianNoise
 from fast_td3.learner.networks import Actor, DistributionalCritic
 
@@ -41,7 +43,7 @@ def actor_loss(
     computes nor accumulates critic gradients.
     """
     q = critic.expected_value(critic(critic_obs, actor(obs), detach_params=True))
-    value = q.min(dim=0).values if use_cdq else q.mean(dim=0)
+    value = critic.reduce_heads(q, use_cdq)
     return -value.mean()
 
 
@@ -52,7 +54,7 @@ class FastTD3(OffPolicyAlgorithm):
 
     def make_actor(self) -> nn.Module:
         cfg, own = self.cfg, self.cfg.fast_td3
-        return Actor(self.num_obs, self.num_actions, cfg.actor_hidden_dims, own.actor_last_layer_std,
+        return Actor(self.spec.num_obs, self.spec.num_actions, cfg.actor_hidden_dims, own.actor_last_layer_std,
                      activation=cfg.activation, layer_norm=cfg.layer_norm)
 
     def setup(self) -> None:
@@ -61,7 +63,7 @@ class FastTD3(OffPolicyAlgorithm):
         self._target_actor_params = list(self.target_actor.parameters()) if self.target_actor else []
         # Not a submodule: the noise std is per env and per rank, saved as exploration state
         # (not among the replicated modules a data-parallel run compares and broadcasts).
-        object.__setattr__(self, "noise", PerEnvGaussianNoise(self.num_envs, own.std_min, own.std_max, self.device))
+        object.__setattr__(self, "noise", PerEnvGaussianNoise(self.spec.num_envs, own.std_min, own.std_max, self.device))
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor) -> torch.Tensor:

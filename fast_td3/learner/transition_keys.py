@@ -1,4 +1,4 @@
-"""Names of the fields of a transition and of a sampled batch: the vocabulary the
+"""Names of the fields of a transition and of a sampled batch: the one vocabulary the
 collector, the replay buffer and the algorithms share (imported as `keys`).
 """
 

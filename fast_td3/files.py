@@ -1,0 +1,100 @@
+"""Files written safely, for every part of the project (the trainer, the analysis tools, the
+deploy bundle and gate): atomic writes with fsync, and strict JSON.
+
+It imports nothing from the project, so any package may import it (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (a rename into it) durable, where the platform has folder handles."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, writer) -> None:
+    """Call `writer(file)` on a temp file, fsync it and rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            checked = _RecordingFile(f)
+            try:
+                writer(checked)
+            except Exception as error:
+                # torch's zip writer turns a failed write into "unexpected pos ..."; the OS error is the news
+                if checked.os_error is not None and checked.os_error is not error:
+                    raise checked.os_error from None
+                if "unexpected pos" in str(error):  # a short write torch noticed only afterwards
+                    raise _short_write_error(path.parent, error) from None
+                raise
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def _short_write_error(folder: Path, error: Exception) -> OSError:
+    """The OS error a write cut short most likely met: ENOSPC when the disk is (nearly) full."""
+    try:
+        stats = os.statvfs(folder)
+        free = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 2**20:
+        return OSError(errno.ENOSPC, f"No space left on device ({free} bytes free; torch said: {error})")
+    return OSError(errno.EIO, f"the write was cut short (torch said: {error})")
+
+
+class _RecordingFile:
+    """A binary file whose first OSError on write is kept (writers may hide it behind their own)."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self.os_error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as error:
+            self.os_error = self.os_error or error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as error:
+            self.os_error = self.os_error or error
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float (NaN: a metric nothing qualified for) as None, so the
+    JSON written is strict (`jq`, browsers); dicts and lists are converted throughout."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

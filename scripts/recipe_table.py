@@ -1,0 +1,92 @@
+"""How a recipe fared on each seed, from its runs' gate-in-the-loop verdicts: a table and seeds.json rows.
+
+    python scripts/recipe_table.py runs/sweeps/<sweep> runs/T1LowDimJoystickFlatTerrain/<run> ...
+    python scripts/recipe_table.py <runs...> --json seeds.json --note "two runs at once, one thread each"
+
+Per run: the algorithm, seed, CPU and the command that reproduces it; the wall time to the first
+checkpoint that passed the nominal gate and to the first the robust gate passed (nominal plus
+at least 90% of the perturbed trials); the robust pass rate of the latest verdict; how many of
+the last 5 gated checkpoints passed; and where the run stands (steps, minutes). Times are the
+run's clock, summed over resumes (fast_td3/analysis/gate_summary.py). The CPU is the one the
+run recorded (`resolved.cpu`), else this machine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fast_td3.analysis.gate_summary import gate_summary  # noqa: E402
+from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
+from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.training.metrics_log import read_metrics  # noqa: E402
+
+
+def training_command(run_dir: Path) -> str:
+    """The `fast-td3-train` line that reproduces the run (its overrides, without the output folder)."""
+    found = next((run_dir / name for name in OVERRIDES_FILES if (run_dir / name).is_file()), None)
+    overrides = yaml.safe_load(found.read_text()) if found else []
+    kept = [o for o in overrides if o.split("=")[0].lstrip("+") not in ("out_dir", "resume")]
+    return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)
+
+
+def row(run_dir: Path, note: str = "") -> dict:
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    records = read_metrics(run_dir)
+    summary = gate_summary(records)
+    last = records[-1] if records else {}
+    resolved = config.get("resolved", {}) or {}
+    return {
+        "run": str(run_dir),
+        "algo": (config.get("algo") or {}).get("name", "?"),
+        "seed": config.get("seed"),
+        "cpu": resolved.get("cpu") or cpu_model(),
+        "torch_threads": resolved.get("torch_threads"),
+        "command": training_command(run_dir),
+        "steps": last.get("step"),
+        "minutes": round(max((r.get("time", 0.0) for r in records), default=0.0) / 60.0, 1),
+        "first_nominal_pass": summary.first_nominal_pass if summary else None,
+        "first_robust_pass": summary.first_robust_pass if summary else None,
+        "robust_pass_rate_latest": summary.latest.get("gate/robust_pass_rate") if summary else None,
+        "last5_passed": summary.last_passed if summary else None,
+        "gate_verdicts": summary.verdicts if summary else 0,
+        "note": note,
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    def when(value) -> str:
+        return f"{value['minutes']} min (step {value['step']})" if value else "not yet"
+
+    lines = ["| algo | seed | first nominal pass | first robust pass | robust rate (latest) | last 5 passing | "
+             "where it stands |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['seed']} | {when(r['first_nominal_pass'])} | {when(r['first_robust_pass'])} | "
+                     f"{r['robust_pass_rate_latest']} | {r['last5_passed']}/5 | step {r['steps']}, {r['minutes']} min |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="run folders, or sweep folders holding them")
+    parser.add_argument("--json", type=Path, help="write the rows here (seeds.json)")
+    parser.add_argument("--note", default="", help="how the runs shared the machine, for every row")
+    args = parser.parse_args(argv)
+    rows = [row(run, args.note) for run in find_runs(args.paths)]
+    print(markdown(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"rows: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""One convention for the console scripts: each reads the other tools' spelling, or answers it in
+one line (fast_td3/command_line.py), never misreads it."""
+
+import pytest
+
+from fast_td3.command_line import ArgumentParser, as_key_values, key_value_hint
+
+
+def report_like_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="tool")
+    parser.add_argument("paths", nargs="+")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--sort-by", default="return")
+    order = parser.add_mutually_exclusive_group()
+    order.add_argument("--ascending", dest="descending", action="store_false", default=None)
+    order.add_argument("--descending", dest="descending", action="store_true")
+    parser.add_argument("--embed-images", action="store_true")
+    return parser
+
+
+def test_a_flags_tool_reads_key_value_as_its_flags():
+    parser = report_like_parser()
+    args = parser.parse_args(["run", "paths=other", "out=report.html", "sort_by=foot_slip", "sort-by=rmse",
+                              "ascending=true", "embed_images=false"])
+    assert (args.paths, args.out, args.sort_by, args.descending, args.embed_images) == (
+        ["run", "other"], "report.html", "rmse", False, False)
+    # its own spelling, also with "=" inside a value, is as it was
+    args = parser.parse_args(["run", "--out", "a=b.html", "--descending", "--embed-images"])
+    assert (args.paths, args.out, args.descending, args.embed_images) == (["run"], "a=b.html", True, True)
+
+
+def test_a_flags_tool_keeps_a_path_that_holds_an_equals_sign(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lr=3e-4").mkdir()
+    assert report_like_parser().parse_args(["lr=3e-4", "--", "out=x"]).paths == ["lr=3e-4", "out=x"]
+
+
+@pytest.mark.parametrize("word, message", [
+    ("ou=report.html", "ou=report.html: tool has no option ou (options: --ascending, --descending, --embed-images, "
+                       "--help, --out, --sort-by)"),
+    ("embed_images=maybe", "embed_images=maybe: --embed-images is a switch; write embed_images=true, "
+                           "embed_images=false or --embed-images"),
+])
+def test_a_flags_tool_answers_an_unknown_key_in_one_line(word, message, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        report_like_parser().parse_args(["run", word])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"tool: error: {message}"
+
+
+def test_a_key_value_tool_reads_flags_and_leading_paths():
+    words = ["run", "bundle", "--use", "latest", "--force", "--device=cpu"]
+    assert as_key_values(words, switches=("force",), positionals=("checkpoint", "out")) == [
+        "checkpoint=run", "out=bundle", "use=latest", "force=true", "device=cpu"]
+    # a positional already given as key=value is not filled again; its own spelling passes unchanged
+    assert as_key_values(["out=b", "run", "--min-pass-rate", "0.8"], positionals=("checkpoint", "out")) == [
+        "out=b", "checkpoint=run", "min_pass_rate=0.8"]
+
+
+def test_the_trainer_answers_flags_with_the_key_value_to_write():
+    assert key_value_hint("fast-td3-train", ["--total-steps", "5"]) == (
+        "--total-steps: fast-td3-train takes key=value, not --flags: write total_steps=5")
+    assert key_value_hint("fast-td3-train", ["--seed=3"]).endswith("write seed=3")
+    # Hydra's own flags are the trainer's
+    assert key_value_hint("fast-td3-train", ["--cfg", "job", "-m", "--config-dir", "x", "--help"]) is None
+
+
+def test_report_writes_the_page_named_in_the_other_spelling(tmp_path, capsys):
+    """`fast-td3-report <run> out=report.html`, as a new user tries it, writes report.html."""
+    from fast_td3.analysis.report import cli
+    from fast_td3.training.metrics_log import METRICS_FILE
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / METRICS_FILE).write_text('{"step": 1, "eval/return_mean": 1.0}\n')
+    cli([str(run), f"out={tmp_path / 'report.html'}"])
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_export_and_the_gate_read_the_flags_spelling(capsys):
+    from sim2real.export import _parse
+
+    assert _parse(["run", "--out", "bundle", "--force"]) == {"checkpoint": "run", "out": "bundle", "force": "true"}
+    from sim2real import gate_cli
+
+    assert gate_cli._parse(["some/bundle", "--seconds", "5", "--robust"]) == {
+        "bundle": "some/bundle", "seconds": "5", "robust": "true"}

@@ -1,0 +1,33 @@
+"""The deploy gate's story of a run (`fast_td3/analysis/gate_summary.py`), from known records."""
+
+from fast_td3.analysis.gate_summary import gate_summary
+
+
+def verdict(step, passed, nominal, rate, time):
+    return {"step": step, "time": time, "gate/passed": float(passed), "gate/nominal_passed": float(nominal),
+            "gate/robust_pass_rate": rate, "gate/turn/yaw_rate_error": 0.1 * step / 1000}
+
+
+def test_first_passes_are_timed_at_the_gated_steps_training_record():
+    records = [{"step": 2000, "time": 600.0}, {"step": 4000, "time": 1200.0}, {"step": 6000, "time": 1800.0},
+               {"step": 8000, "time": 2400.0},
+               verdict(2000, False, False, 0.0, 610.0), verdict(4000, False, True, 0.5, 1215.0),
+               verdict(6000, True, True, 0.9, 1810.0), verdict(8000, False, True, 0.8, 2410.0)]
+    summary = gate_summary(records, last=3)
+    assert summary.verdicts == 4
+    assert summary.first_nominal_pass == {"step": 4000, "minutes": 20.0}
+    assert summary.first_robust_pass == {"step": 6000, "minutes": 30.0}
+    assert summary.last_passed == 1  # of steps 4000, 6000, 8000
+    assert summary.latest["step"] == 8000 and summary.latest["gate/robust_pass_rate"] == 0.8
+
+
+def test_a_run_that_never_passed_or_was_never_gated():
+    never = gate_summary([{"step": 2000, "time": 5.0}, verdict(2000, False, False, 0.1, 9.0)])
+    assert never.first_nominal_pass is None and never.first_robust_pass is None and never.last_passed == 0
+    assert never.to_dict()["verdicts"] == 1
+    assert gate_summary([{"step": 2000, "time": 5.0, "eval/return_mean": 3.0}]) is None
+
+
+def test_a_verdict_without_its_training_record_uses_its_own_time():
+    summary = gate_summary([verdict(2000, True, True, 1.0, 90.0)])
+    assert summary.first_robust_pass == {"step": 2000, "minutes": 1.5}

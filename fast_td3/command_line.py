@@ -106,8 +106,8 @@ def as_key_values(args: list[str], switches: tuple[str, ...] = (), positionals: 
             key, sep, value = arg[2:].partition("=")
             key = key.replace("-", "_")
             if not sep:
-                if key in switches and (i == len(args) or args[i].startswith("-") or "=" in args[i]):
-                    value = "true"
+                if key in switches and (i == len(args) or args[i].lower() not in TRUE + FALSE):
+                    value = "true"  # a switch takes only true/false after it: `--force run bundle` keeps the paths
                 elif i < len(args):
                     value, i = args[i], i + 1
             out.append(f"{key}={value}")

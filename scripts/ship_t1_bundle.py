@@ -23,7 +23,6 @@ import argparse
 import datetime
 import gzip
 import json
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -42,12 +41,6 @@ from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 
 DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
-
-
-def training_command(run_dir: Path) -> str:
-    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    kept = [o for o in overrides if not o.split("=")[0].lstrip("+") in ("out_dir",)]
-    return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)
 
 
 def robust_bar(nominal, robust_report, margin: float, min_coverage: float = 0.75) -> list[str]:
@@ -137,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     at_step = [r for r in records if r["step"] == args.step]
     evals = [r for r in records if "eval/return_mean" in r and r["step"] <= args.step]
     info = {
-        "command": training_command(args.run),
+        "command": recipe_table.training_command(args.run),
         "seed": config["seed"],
         "checkpoint_step": args.step,
         "env_steps": at_step[-1]["env_steps"] if at_step else None,
         "wall_seconds": at_step[-1]["time"] if at_step else None,
         "eval_return": evals[-1]["eval/return_mean"] if evals else None,
         "eval_episode_length": evals[-1]["eval/length_mean"] if evals else None,
-        "cpu_model": cpu_model(),
+        "cpu_model": config.get("resolved", {}).get("cpu") or cpu_model(),  # the run's, else this machine's
         "resolved": config.get("resolved", {}),
         "gate_passed": report.passed,
         "robust": ({"trials": args.robust, "seed": args.robust_seed, "pass_rate": robust_report.robust_pass_rate,
@@ -157,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copy(args.run / "config.yaml", staging / "train_config.yaml")
     with open(args.run / "metrics.jsonl", "rb") as source, gzip.open(staging / "metrics.jsonl.gz", "wb") as target:
         shutil.copyfileobj(source, target)
-    title = (f"{config['env']['task']}, seed {config['seed']}, {cpu_model()}, "
+    title = (f"{config['env']['task']}, seed {config['seed']}, {info['cpu_model']}, "
              f"{config.get('resolved', {}).get('torch_threads', '?')} threads")
     plot_curve(records, args.step, staging / "curve.png", title)
     shutil.rmtree(args.out, ignore_errors=True)

@@ -27,7 +27,7 @@ def metrics_of(report) -> dict[str, float]:
     """The `gate/*` metrics of a robust report: verdicts, pass rate and the nominal tracking errors."""
     metrics = {"gate/passed": float(report.passed), "gate/nominal_passed": float(report.nominal.passed),
                "gate/robust_pass_rate": report.robust_pass_rate if report.trials else float(report.nominal.passed),
-               "gate/seconds_walked": report.nominal.seconds_walked}
+               "gate/seconds_walked": report.nominal.seconds_walked, "gate/trials": float(len(report.trials))}
     for segment in report.nominal.segments:
         if segment.moving:
             metrics[f"gate/{segment.name}/lin_vel_error"] = segment.lin_vel_error

@@ -49,10 +49,12 @@ class T1Robot:
             self._noise_level = draw.obs_noise
             self._noise = perturbations.noise_stream(draw.seed, draw.trial)
             self._pending = deque([np.zeros(t1.NUM_LEG_JOINTS, dtype=np.float32)] * draw.action_delay)
+            if draw.link_mass is not None or draw.payload is not None:
+                # quantities derived from the masses; mj_setConst leaves the data at qpos0, so
+                # it runs before the robot is posed (as the training env's set_const does)
+                mujoco.mj_setConst(self.model, self.data)
         self.data.qpos[:] = initial_qpos(self.model, control)
         self.data.ctrl[:] = self.default_pose
-        if draw is not None and (draw.link_mass is not None or draw.payload is not None):
-            mujoco.mj_setConst(self.model, self.data)  # quantities derived from the masses
         mujoco.mj_forward(self.model, self.data)
         self._local_linvel = sensor_indices(self.model, "local_linvel")
 

@@ -55,6 +55,11 @@ def test_a_key_value_tool_reads_flags_and_leading_paths():
     # a positional already given as key=value is not filled again; its own spelling passes unchanged
     assert as_key_values(["out=b", "run", "--min-pass-rate", "0.8"], positionals=("checkpoint", "out")) == [
         "out=b", "checkpoint=run", "min_pass_rate=0.8"]
+    # a switch before the paths takes no path as its value; true/false after it are its value
+    assert as_key_values(["--force", "run", "bundle"], switches=("force",), positionals=("checkpoint", "out")) == [
+        "force=true", "checkpoint=run", "out=bundle"]
+    assert as_key_values(["--robust", "false", "t1_flat"], switches=("robust",), positionals=("bundle",)) == [
+        "robust=false", "bundle=t1_flat"]
 
 
 def test_the_trainer_answers_flags_with_the_key_value_to_write():

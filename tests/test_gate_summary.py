@@ -31,3 +31,37 @@ def test_a_run_that_never_passed_or_was_never_gated():
 def test_a_verdict_without_its_training_record_uses_its_own_time():
     summary = gate_summary([verdict(2000, True, True, 1.0, 90.0)])
     assert summary.first_robust_pass == {"step": 2000, "minutes": 1.5}
+
+
+def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import recipe_table
+
+    run = tmp_path / "runs" / "0_T1_seed3"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"seed": 3, "algo": {"name": "fast_sac"},
+                                                     "resolved": {"cpu": "AMD EPYC test", "torch_threads": 1}}))
+    (run / "overrides.yaml").write_text(yaml.safe_dump(["task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1",
+                                                        "algo=fast_sac", "seed=3", "out_dir=/somewhere"]))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 2000, "time": 300.0}, verdict(2000, False, True, 0.5, 310.0),
+        {"step": 4000, "time": 660.0}, verdict(4000, True, True, 0.9, 670.0))))
+    (row,) = [recipe_table.row(path) for path in recipe_table.find_runs([tmp_path / "runs"])]
+    assert (row["algo"], row["seed"], row["cpu"]) == ("fast_sac", 3, "AMD EPYC test")
+    assert row["command"] == ("fast-td3-train task=T1LowDimJoystickFlatTerrain preset=cpu_t1 algo=fast_sac seed=3")
+    assert row["first_nominal_pass"] == {"step": 2000, "minutes": 5.0}
+    assert row["first_robust_pass"] == {"step": 4000, "minutes": 11.0}
+    assert (row["robust_pass_rate_latest"], row["last5_passed"], row["steps"]) == (0.9, 1, 4000)
+    assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) |" in recipe_table.markdown([row])
+
+
+def test_a_gate_without_trials_is_no_robust_pass():
+    nominal_only = dict(verdict(2000, True, True, 1.0, 90.0), **{"gate/trials": 0.0})
+    summary = gate_summary([nominal_only])
+    assert summary.first_nominal_pass == {"step": 2000, "minutes": 1.5} and summary.first_robust_pass is None

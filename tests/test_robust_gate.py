@@ -67,6 +67,9 @@ def test_every_draw_lies_in_its_range_and_reaches_the_model():
         legs = list(t1.LEG_SDK_INDICES)
         np.testing.assert_allclose(model.actuator_biasprm[legs, 0], -kp[legs] * np.asarray(draw.joint_offset))
         np.testing.assert_allclose(robot.encoder_offsets[legs], draw.joint_offset)
+        # a trial starts from the nominal robot's pose (mass-derived constants are set before posing it)
+        np.testing.assert_array_equal(robot.data.qpos, nominal.data.qpos)
+        np.testing.assert_array_equal(robot.data.ctrl, nominal.data.ctrl)
 
 
 def test_a_one_step_delay_applies_each_action_one_policy_step_late():

@@ -25,7 +25,8 @@ from envs.playground.t1_native import T1NativeVecEnv  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 
 TASK = "T1LowDimJoystickFlatTerrain"
-QUIET = {"config_overrides": {"noise_config": {"level": 0.0}}, "push": False}
+QUIET = {"config_overrides": {"noise_config": {"level": 0.0}, "commands": {"standing_probability": 0.0}}, "push": False}
+"""Noiseless, no pushes, every env walking (a standing env has no gait phase to mirror by half a cycle)."""
 
 
 def apply(mirror, value):

@@ -325,6 +325,7 @@ def test_env_drives_twelve_leg_joints_with_booster_observations(env):
     assert (env.num_obs, env.num_actions, env.max_episode_steps) == (47, 12, 1000)
     assert env.num_critic_obs > 47
     assert env.critic_obs_extends_actor_obs  # noiseless: the critic's first 47 are the actor's
+    assert env.mirror_maps() == t1_lowdim.mirror_maps()  # algo.symmetry runs on MJX too
 
 
 def test_training_observation_equals_the_sim2sim_observation_of_the_same_state(env):
@@ -546,3 +547,10 @@ def test_mjx_action_delay_and_turns_in_place():
                                                                 "commands.standing_probability": 0.0})
     commands = np.asarray(jax.vmap(turning.sample_command)(jax.random.split(key, 64)))
     assert not commands[:, :2].any() and (np.abs(commands[:, 2]) > 0).all()
+    mixed = t1_mjx.T1LowDimJoystick("flat", config_overrides={"commands.turn_probability": 0.2,
+                                                              "commands.standing_probability": 0.0})
+    commands = np.asarray(jax.jit(jax.vmap(mixed.sample_command))(jax.random.split(key, 4000)))
+    turns = ~commands[:, :2].any(axis=1)
+    assert 0.17 < turns.mean() < 0.23
+    vy = commands[~turns, 1]  # the turn's draw is its own: walking commands keep vy's whole range
+    assert vy.min() < -0.45 and vy.max() > 0.45 and abs(np.mean(vy < 0) - 0.5) < 0.03

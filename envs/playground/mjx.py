@@ -36,7 +36,6 @@ from envs.playground.config import (  # noqa: E402
 )
 from envs.playground.gait_reader import GaitSignals  # noqa: E402
 from envs.playground.menagerie import use_menagerie  # noqa: E402
-from envs.playground.t1_lowdim import TERRAINS, mirror_maps as t1_mirror_maps  # noqa: E402
 from envs.protocol import derive_env_seeds, reset_extras, step_extras  # noqa: E402
 from envs.registry import EnvOptionError  # noqa: E402
 
@@ -259,8 +258,6 @@ class PlaygroundVecEnv:
         if impl not in IMPLS:
             raise EnvOptionError(f"impl must be one of {IMPLS}, got {impl!r}")
         self.task = task
-        if task in TERRAINS:  # our T1 tasks can mirror their vectors (algo.symmetry)
-            self.mirror_maps = t1_mirror_maps
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.seed = int(seed)
@@ -275,6 +272,8 @@ class PlaygroundVecEnv:
         config = task_config(task, self.config_overrides)
         frozen = tuple(sorted((k, _hashable(v)) for k, v in self.config_overrides.items()))
         env = _load(task, frozen, self._jax_device)
+        if hasattr(env, "mirror_maps"):  # a task that can mirror its vectors (ours: T1LowDim), for algo.symmetry
+            self.mirror_maps = env.mirror_maps
         self._models = None
         if domain_randomization:
             with jax.default_device(self._jax_device):

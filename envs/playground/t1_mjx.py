@@ -18,10 +18,15 @@ from mujoco_playground import MjxEnv, State
 
 from envs.playground.t1_lowdim import (
     PLAYGROUND_SCENES, TERRAINS, ModelIndex, build_mj_model, check_rates, commands_from, contacts_from, control_from,
-    default_config, delayed_action, fallen, feet_gait_signals, initial_qpos, max_action_delay, privileged_observation,
+    default_config, delayed_action, fallen, feet_gait_signals, initial_qpos, max_action_delay, mirror_maps,
+    privileged_observation,
     reward_terms, shift_pending, total_reward,
 )
 from sim2real import t1
+
+TURN_STREAM, DELAY_STREAM, PAYLOAD_STREAM, KD_STREAM = 0x7A2E, 0xDE1A, 0xBA5E, 0xCDCD
+"""`fold_in` constants of the draws added after the splits: `fold_in(key, i)` is `split(key, n)[i]`
+for i < n, so a small constant would reuse a key another draw already took."""
 
 
 class T1LowDimJoystick(MjxEnv):
@@ -61,6 +66,10 @@ class T1LowDimJoystick(MjxEnv):
     def mjx_model(self) -> mjx.Model:
         return self._mjx_model
 
+    def mirror_maps(self) -> dict:
+        """Left-right mirrors of observation, critic observation and action (`algo.symmetry`)."""
+        return mirror_maps()
+
     # -- commands
     def sample_command(self, rng: jax.Array) -> jax.Array:
         c = self.commands
@@ -72,7 +81,7 @@ class T1LowDimJoystick(MjxEnv):
         ])
         command = jnp.where(jax.random.bernoulli(keys[3], c.standing_probability), jnp.zeros(3), command)
         if c.turn_probability > 0:  # drawn only when on: runs without it keep their random streams
-            turn = jax.random.bernoulli(jax.random.fold_in(rng, 1), c.turn_probability)
+            turn = jax.random.bernoulli(jax.random.fold_in(rng, TURN_STREAM), c.turn_probability)
             command = command.at[:2].multiply(1.0 - turn)
         return command
 
@@ -105,7 +114,7 @@ class T1LowDimJoystick(MjxEnv):
             "last_action": jnp.zeros(t1.NUM_LEG_JOINTS),
             "feet_air_time": jnp.zeros(2),
             "push_steps": jnp.round(push_interval / self.dt).astype(jnp.int32),
-            "action_delay": self._draw_action_delay(jax.random.fold_in(rng, 2)),
+            "action_delay": self._draw_action_delay(jax.random.fold_in(rng, DELAY_STREAM)),
             "pending_actions": jnp.zeros((max_action_delay(self._config), t1.NUM_LEG_JOINTS)),
         }
         self._update_command_and_gait(info, jnp.zeros(3))
@@ -247,7 +256,7 @@ class T1LowDimJoystick(MjxEnv):
                                            maxval=cfg.link_mass_scale[1])
                 mass, inertia = mass * scale, inertia * scale[:, None]
             if cfg.payload:
-                added = jax.random.uniform(jax.random.fold_in(key, 5), minval=cfg.payload_range[0],
+                added = jax.random.uniform(jax.random.fold_in(key, PAYLOAD_STREAM), minval=cfg.payload_range[0],
                                            maxval=cfg.payload_range[1])
                 mass = mass.at[trunk].set(jnp.maximum(mass[trunk] + added, 1e-3))
             if cfg.link_masses or cfg.payload:
@@ -255,7 +264,7 @@ class T1LowDimJoystick(MjxEnv):
             gain, bias = model.actuator_gainprm, model.actuator_biasprm
             if cfg.gains:
                 kp_scale = jax.random.uniform(keys[2], (t1.NUM_JOINTS,), minval=cfg.kp_scale[0], maxval=cfg.kp_scale[1])
-                kd_scale = jax.random.uniform(jax.random.fold_in(key, 6), (t1.NUM_JOINTS,), minval=cfg.kd_scale[0],
+                kd_scale = jax.random.uniform(jax.random.fold_in(key, KD_STREAM), (t1.NUM_JOINTS,), minval=cfg.kd_scale[0],
                                               maxval=cfg.kd_scale[1])
                 gain = gain.at[:, 0].set(kp * kp_scale)
                 bias = bias.at[:, 1].set(-kp * kp_scale).at[:, 2].set(-kd * kd_scale)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-PASSED, NOMINAL, RATE = "gate/passed", "gate/nominal_passed", "gate/robust_pass_rate"
+PASSED, NOMINAL, RATE, TRIALS = "gate/passed", "gate/nominal_passed", "gate/robust_pass_rate", "gate/trials"
 
 
 @dataclass
@@ -24,7 +24,8 @@ class GateSummary:
     first_nominal_pass: dict[str, float] | None = None
     """{"step", "minutes"} of the first checkpoint that passed the nominal gate."""
     first_robust_pass: dict[str, float] | None = None
-    """{"step", "minutes"} of the first checkpoint the gate passed (nominal and robust trials)."""
+    """{"step", "minutes"} of the first checkpoint the gate passed with perturbed trials played
+    (nominal and at least `gate.min_pass_rate` of them); a gate of `trials=0` never counts."""
     last_passed: int = 0
     """How many of the last `last` verdicts passed."""
     last: int = 5
@@ -54,7 +55,7 @@ def gate_summary(records: Iterable[dict[str, Any]], last: int = 5) -> GateSummar
     for record in verdicts:
         if summary.first_nominal_pass is None and record.get(NOMINAL):
             summary.first_nominal_pass = when(record)
-        if summary.first_robust_pass is None and record.get(PASSED):
+        if summary.first_robust_pass is None and record.get(PASSED) and record.get(TRIALS, 1):  # trials were played
             summary.first_robust_pass = when(record)
     summary.last_passed = sum(bool(r[PASSED]) for r in verdicts[-last:])
     summary.latest = {k: v for k, v in verdicts[-1].items() if k.startswith("gate/") or k == "step"}

@@ -192,7 +192,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
 
     from envs.registry import make_env
     from fast_td3.training.runner import Runner
-    from fast_td3.training.cli_checks import CONF_DIR
+    from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
     overrides = [f"task={task}", "preset=cpu", "logger.console=false", "eval_interval=0", "save_interval=0",
                  f"total_steps={warmup_steps}", f"device={device}"]

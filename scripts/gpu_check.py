@@ -59,7 +59,7 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from fast_td3.training.cli_checks import CONF_DIR
+    from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return OmegaConf.to_object(hydra_compose("train", overrides))

@@ -24,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fast_td3.analysis.gate_summary import gate_summary  # noqa: E402
+from fast_td3.analysis.gate_summary import describe_pass, gate_summary  # noqa: E402
 from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
@@ -63,9 +63,7 @@ def row(run_dir: Path, note: str = "") -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    def when(value) -> str:
-        return f"{value['minutes']} min (step {value['step']})" if value else "not yet"
-
+    when = describe_pass
     lines = ["| algo | seed | first nominal pass | first robust pass | robust rate (latest) | last 5 passing | "
              "where it stands |", "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -60,3 +60,8 @@ def gate_summary(records: Iterable[dict[str, Any]], last: int = 5) -> GateSummar
     summary.last_passed = sum(bool(r[PASSED]) for r in verdicts[-last:])
     summary.latest = {k: v for k, v in verdicts[-1].items() if k.startswith("gate/") or k == "step"}
     return summary
+
+
+def describe_pass(value: dict[str, float] | None) -> str:
+    """A first pass in words for tables: "12.5 min (step 6000)", or "not yet"."""
+    return f"{value['minutes']} min (step {value['step']})" if value else "not yet"

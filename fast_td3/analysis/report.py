@@ -31,7 +31,7 @@ import numpy as np
 from fast_td3.command_line import ArgumentParser
 from fast_td3.analysis.diagnostics import action_histograms, critic_calibration, load_eval_diagnostics
 from fast_td3.analysis.gait_metrics import METRICS
-from fast_td3.analysis.gate_summary import gate_summary
+from fast_td3.analysis.gate_summary import describe_pass, gate_summary
 from fast_td3.analysis.report_runs import (
     CRITIC_PREFIX, GAIT_PREFIX, RETURN_KEY, REWARD_TERM_PREFIX, ReportError, RunSummary, differing_overrides,
     find_runs, load_run, metric_columns, name_runs, resolve_sort_key, sort_runs,
@@ -321,9 +321,7 @@ def render_report(runs: list[RunSummary], out: Path, sort_key: str, descending: 
 def gate_table(runs: list[RunSummary], last: int = 5) -> str:
     """Per run: when the gate first passed (nominal; robust), how many of the last checkpoints pass,
     and its latest verdict's turn error and robust pass rate (fast_td3/analysis/gate_summary.py)."""
-    def when(value) -> str:
-        return f"{value['minutes']} min (step {value['step']})" if value else "not yet"
-
+    when = describe_pass
     rows = ["<div class='scroll'><table><tr><th class='name'>run</th><th>verdicts</th><th>first nominal pass</th>"
             f"<th>first robust pass</th><th>last {last} passing</th><th>latest step</th><th>robust pass rate</th>"
             "<th>turn yaw-rate error</th><th>forward error</th></tr>"]

@@ -6,7 +6,8 @@
 Per run: the algorithm, seed, CPU and the command that reproduces it; the wall time to the first
 checkpoint that passed the nominal gate and to the first the robust gate passed (nominal plus
 at least 90% of the perturbed trials); the robust pass rate of the latest verdict; how many of
-the last 5 gated checkpoints passed; and where the run stands (steps, minutes). Times are the
+the last 5 gated checkpoints passed; the latest nominal verdict's tracking errors (forward and
+sideways [m/s], turn [rad/s]: which skill fails); and where the run stands (steps, minutes). Times are the
 run's clock, summed over resumes (fast_td3/analysis/gate_summary.py). The CPU is the one the
 run recorded (`resolved.cpu`), else this machine's.
 """
@@ -38,6 +39,11 @@ def training_command(run_dir: Path) -> str:
     return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)
 
 
+ERROR_METRICS = {"forward": "gate/forward/lin_vel_error", "sideways": "gate/sideways/lin_vel_error",
+                 "turn": "gate/turn/yaw_rate_error"}
+"""The latest-errors column: each moving segment's tracking error in the nominal trial."""
+
+
 def row(run_dir: Path, note: str = "") -> dict:
     config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
     records = read_metrics(run_dir)
@@ -57,6 +63,7 @@ def row(run_dir: Path, note: str = "") -> dict:
         "first_robust_pass": summary.first_robust_pass if summary else None,
         "robust_pass_rate_latest": summary.latest.get("gate/robust_pass_rate") if summary else None,
         "last5_passed": summary.last_passed if summary else None,
+        "latest_errors": {name: (summary.latest.get(key) if summary else None) for name, key in ERROR_METRICS.items()},
         "gate_verdicts": summary.verdicts if summary else 0,
         "note": note,
     }
@@ -65,10 +72,12 @@ def row(run_dir: Path, note: str = "") -> dict:
 def markdown(rows: list[dict]) -> str:
     when = describe_pass
     lines = ["| algo | seed | first nominal pass | first robust pass | robust rate (latest) | last 5 passing | "
-             "where it stands |", "|---|---|---|---|---|---|---|"]
+             "errors fwd / side / turn (latest) | where it stands |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        errors = " / ".join("-" if e is None else f"{e:.2f}" for e in r["latest_errors"].values())
         lines.append(f"| {r['algo']} | {r['seed']} | {when(r['first_nominal_pass'])} | {when(r['first_robust_pass'])} | "
-                     f"{r['robust_pass_rate_latest']} | {r['last5_passed']}/5 | step {r['steps']}, {r['minutes']} min |")
+                     f"{r['robust_pass_rate_latest']} | {r['last5_passed']}/5 | {errors} | "
+                     f"step {r['steps']}, {r['minutes']} min |")
     return "\n".join(lines)
 
 

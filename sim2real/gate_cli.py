@@ -35,9 +35,10 @@ def cli(argv: list[str] | None = None) -> None:
         options = _parse(argv)
         if "bundle" not in options:
             raise BundleError("usage: fast-td3-sim2sim bundle=<folder> [seconds=20] [report=<file.json>] "
-                              "[max_lin_vel_error=0.2] [max_yaw_rate_error=0.3] [min_forward_coverage=0.6] "
+                              "[max_lin_vel_error=0.2] [max_yaw_rate_error=0.3] [min_forward_coverage=0.6] [both_sides=false] "
                               "[robust=true trials=20 seed=0 min_pass_rate=0.9 ...]")
-        known = ("bundle", "seconds", "report", "min_height", "min_tilt_cos", *THRESHOLD_OPTIONS, *robust.OPTIONS)
+        known = ("bundle", "seconds", "report", "min_height", "min_tilt_cos", "both_sides", *THRESHOLD_OPTIONS,
+                 *robust.OPTIONS)
         unknown = set(options) - set(known)
         if unknown:
             raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
@@ -48,6 +49,7 @@ def cli(argv: list[str] | None = None) -> None:
         if negative:
             raise BundleError(f"{', '.join(negative)} must be a number >= 0")
         robust_mode = _flag(options, "robust")
+        segments = sim2sim.both_sides() if _flag(options, "both_sides") else sim2sim.SEGMENTS
         if not robust_mode and set(options) & set(robust.OPTIONS) - {"robust"}:
             raise BundleError(f"{sorted(set(options) & set(robust.OPTIONS) - {'robust'})} apply to the robust gate: "
                               "add robust=true")
@@ -66,11 +68,11 @@ def cli(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if robust_mode:
         result = robust.run(bundle, trials, seed, ranges, thresholds=Thresholds(**limits), min_pass_rate=min_pass_rate,
-                            on_trial=robust.print_trial, on_nominal=print_report, **numbers)
+                            on_trial=robust.print_trial, on_nominal=print_report, segments=segments, **numbers)
         robust.print_report(result)
         summary = result.summary()
     else:
-        result = run(bundle, **numbers, thresholds=Thresholds(**limits))
+        result = run(bundle, **numbers, segments=segments, thresholds=Thresholds(**limits))
         print_report(result)
         summary = {"passed": result.passed, "fell": any(s.fell for s in result.segments),
                    "tracking_failures": sum(not f.startswith("fell") for s in result.segments for f in s.failures),

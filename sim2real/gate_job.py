@@ -4,7 +4,7 @@ The trainer (`fast_td3/training/gate_loop.py`) starts this on the CPU, niced and
 so training does not wait for it and a GPU run spends no GPU time on it:
 
     python -m sim2real.gate_job <checkpoint.pt> <result.json> trials=10 seconds=10 seed=0 \\
-        min_pass_rate=0.9 [push=off ...]
+        min_pass_rate=0.9 [both_sides=true] [push=off ...]
 
 The result file (written atomically) holds the summary the trainer logs (`gate/*` metrics) and
 the full robust report, draws included. Exit status: 0 a verdict was written (pass or fail),
@@ -62,12 +62,13 @@ def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]
     ranges = robust.ranges_from_options(options)
     trials, seconds = int(options.get("trials", 10)), float(options.get("seconds", 10.0))
     seed, min_pass_rate = int(options.get("seed", 0)), float(options.get("min_pass_rate", robust.MIN_PASS_RATE))
+    segments = sim2sim.both_sides() if options.get("both_sides", "false").lower() == "true" else sim2sim.SEGMENTS
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="gate-"))
     try:
         bundle = export_bundle(checkpoint, folder / "bundle")
         report = robust.run(sim2sim.load_bundle(bundle), trials=trials, seed=seed, ranges=ranges, seconds=seconds,
-                            min_pass_rate=min_pass_rate, on_trial=_exit_if_orphaned)
+                            min_pass_rate=min_pass_rate, on_trial=_exit_if_orphaned, segments=segments)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started},

@@ -60,6 +60,8 @@ class RobustReport:
     seconds: float = 20.0
     """Per joystick segment."""
     trials: list[TrialResult] = field(default_factory=list)
+    segments: tuple = sim2sim.SEGMENTS
+    """The joystick sequence played (`sim2sim.both_sides()` adds the right step and turn)."""
 
     @property
     def robust_pass_rate(self) -> float:
@@ -83,7 +85,7 @@ class RobustReport:
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "robust", "bundle": self.bundle, "passed": self.passed,
                 "robust_pass_rate": self.robust_pass_rate, "min_pass_rate": self.min_pass_rate, "seed": self.seed,
-                "seconds": self.seconds,
+                "seconds": self.seconds, "segments": [[name, list(command)] for name, command in self.segments],
                 "ranges": self.ranges.to_dict(), "nominal": self.nominal.to_dict(),
                 "trials": [t.to_dict() for t in self.trials]}
 
@@ -95,8 +97,8 @@ class RobustReport:
                 "deploy_mismatches": len(self.nominal.deploy_mismatches)}
 
 
-def sequence_seconds(seconds: float) -> float:
-    return seconds * len(sim2sim.SEGMENTS)
+def sequence_seconds(seconds: float, segments=sim2sim.SEGMENTS) -> float:
+    return seconds * len(segments)
 
 
 def num_links(bundle: sim2sim.Bundle) -> int:
@@ -118,19 +120,20 @@ def run(bundle: sim2sim.Bundle, trials: int = DEFAULT_TRIALS, seed: int = 0,
         ranges: PerturbationRanges | None = None, seconds: float = 20.0,
         thresholds: sim2sim.Thresholds | None = None, min_pass_rate: float = MIN_PASS_RATE, policy=None,
         on_trial: Callable[[TrialResult], None] | None = None,
-        on_nominal: Callable[[sim2sim.Sim2SimReport], None] | None = None) -> RobustReport:
-    """The nominal gate, then `trials` perturbed plays of the same sequence."""
+        on_nominal: Callable[[sim2sim.Sim2SimReport], None] | None = None,
+        segments=sim2sim.SEGMENTS) -> RobustReport:
+    """The nominal gate, then `trials` perturbed plays of the same sequence (`segments`)."""
     ranges = ranges or PerturbationRanges()
     ranges.check()
-    nominal = sim2sim.run(bundle, seconds=seconds, thresholds=thresholds, policy=policy)
+    nominal = sim2sim.run(bundle, seconds=seconds, segments=segments, thresholds=thresholds, policy=policy)
     if on_nominal is not None:
         on_nominal(nominal)
-    report = RobustReport(str(bundle.folder), nominal, seed, ranges, min_pass_rate, seconds)
+    report = RobustReport(str(bundle.folder), nominal, seed, ranges, min_pass_rate, seconds, segments=tuple(segments))
     links = num_links(bundle)
     for k in range(trials):
-        trial_draw = perturbations.draw_trial(ranges, seed, k, links, sequence_seconds(seconds))
-        result = TrialResult(trial_draw, sim2sim.run(bundle, seconds=seconds, thresholds=thresholds, policy=policy,
-                                                     draw=trial_draw))
+        trial_draw = perturbations.draw_trial(ranges, seed, k, links, sequence_seconds(seconds, segments))
+        result = TrialResult(trial_draw, sim2sim.run(bundle, seconds=seconds, segments=segments, thresholds=thresholds,
+                                                     policy=policy, draw=trial_draw))
         report.trials.append(result)
         if on_trial is not None:
             on_trial(result)

@@ -22,6 +22,7 @@ settings differ from the ones it was trained with, 2 bad input.
 
     fast-td3-sim2sim bundle=exports/t1 seconds=20 report=sim2sim.json
     fast-td3-sim2sim bundle=exports/t1 max_lin_vel_error=0.15 max_yaw_rate_error=0.3 min_forward_coverage=0.6
+    fast-td3-sim2sim bundle=exports/t1 both_sides=true   # then the step and the turn to the right too
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ SEGMENTS = (
     ("turn", (0.0, 0.0, 0.5)),
 )
 """The scripted joystick sequence: (name, (vx [m/s], vy [m/s], yaw rate [rad/s]))."""
+
+
+def both_sides(segments=SEGMENTS) -> tuple:
+    """The sequence, then the mirror image of each segment with a sideways or yaw command (vy and
+    the yaw rate negated, named `<name>_mirrored`): `SEGMENTS` asks only for a left step and a
+    left turn, and a policy can learn one side of a skill far better than the other."""
+    mirrored = tuple((f"{name}_mirrored", (vx, 0.0 - vy, 0.0 - wz)) for name, (vx, vy, wz) in segments if vy or wz)
+    return tuple(segments) + mirrored
 SETTLE_SECONDS = 2.0
 """Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s), and the
 same time after each push of a robust trial (the robot recovers, then tracks again)."""
@@ -396,17 +405,18 @@ def print_report(report: Sim2SimReport) -> None:
     print(f"  thresholds in moving segments: |v_xy err| <= {limits['max_lin_vel_error']} m/s, "
           f"|wz err| <= {limits['max_yaw_rate_error']} rad/s, forward coverage >= {limits['min_forward_coverage']:.0%}"
           " (errors averaged over one gait period; per step in brackets)")
-    print(f"  {'segment':<10} {'command (vx, vy, wz)':<22} {'result':<16} {'distance':>16} {'|v_xy err|':>16} "
+    width = max([10] + [len(s.name) for s in report.segments])  # both_sides' names are longer
+    print(f"  {'segment':<{width}} {'command (vx, vy, wz)':<22} {'result':<16} {'distance':>16} {'|v_xy err|':>16} "
           f"{'|wz err|':>16}")
     for s in report.segments:
         result = f"FELL at {s.fell_at:.2f}s" if s.fell else ("ok" if not s.failures else "FAIL")
         covered = f"{s.distance:.2f}m" + (f" ({s.coverage:.0%})" if s.coverage == s.coverage else "")
-        print(f"  {s.name:<10} {str(tuple(s.command)):<22} {result:<16} {covered:>16} "
+        print(f"  {s.name:<{width}} {str(tuple(s.command)):<22} {result:<16} {covered:>16} "
               f"{s.lin_vel_error:>7.3f} ({s.lin_vel_error_per_step:.3f}) {s.yaw_rate_error:>7.3f} "
               f"({s.yaw_rate_error_per_step:.3f})")
         for failure in s.failures:
             if not failure.startswith("fell"):
-                print(f"  {'':<10} FAIL: {failure}")
+                print(f"  {'':<{width}} FAIL: {failure}")
     print(f"  {report.seconds_walked:.1f} s on its feet")
     print("  PASS" if report.passed else "  FAIL")
 

@@ -52,6 +52,15 @@ def trial_draw(bundle: sim2sim.Bundle, trial: int, seed: int, seconds: float,
     return perturbations.TrialDraw(**trials[trial]), float(record.get("seconds", seconds))
 
 
+def recorded_segments(gate_report: str | Path | None) -> tuple:
+    """The joystick sequence a robust report's gate played (`both_sides` adds segments), else the default."""
+    if gate_report is None:
+        return sim2sim.SEGMENTS
+    record = json.loads(Path(gate_report).read_text())
+    segments = record.get("report", record).get("segments")  # reports before both_sides have none: the default
+    return tuple((name, tuple(command)) for name, command in segments) if segments else sim2sim.SEGMENTS
+
+
 def _push_arrow(scene: mujoco.MjvScene, robot, push: dict) -> None:
     """A red arrow at the trunk along the push's direction, its length the push's speed."""
     if scene.ngeom >= scene.maxgeom:
@@ -92,9 +101,10 @@ def play_bundle(path: str | Path, seconds: float | None = None, video: str | Pat
     in MuJoCo's viewer or recorded."""
     bundle = sim2sim.load_bundle(path)
     seconds = float(seconds or 10.0)
-    draw = None
+    draw, segments = None, sim2sim.SEGMENTS
     if trial is not None:
         draw, seconds = trial_draw(bundle, trial, seed, seconds, gate_report)
+        segments = recorded_segments(gate_report)
         print(f"replaying {draw.summary()}")
     control_rate = round(1 / bundle.control().ctrl_dt)
     fps = fps or VIDEO_FPS
@@ -134,7 +144,7 @@ def play_bundle(path: str | Path, seconds: float | None = None, video: str | Pat
         frames.append(renderer.render().copy())
 
     try:
-        report = sim2sim.run(bundle, seconds=seconds, on_step=on_step, draw=draw)
+        report = sim2sim.run(bundle, seconds=seconds, segments=segments, on_step=on_step, draw=draw)
     finally:
         if viewer is not None:
             viewer.close()

@@ -58,7 +58,9 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
     assert row["first_nominal_pass"] == {"step": 2000, "minutes": 5.0}
     assert row["first_robust_pass"] == {"step": 4000, "minutes": 11.0}
     assert (row["robust_pass_rate_latest"], row["last5_passed"], row["steps"]) == (0.9, 1, 4000)
-    assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) |" in recipe_table.markdown([row])
+    assert row["latest_errors"] == {"forward": None, "sideways": None, "turn": 0.4}  # step 4000's verdict
+    assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) | 0.9 | 1/5 | - / - / 0.40 |" in \
+        recipe_table.markdown([row])
 
 
 def test_a_gate_without_trials_is_no_robust_pass():

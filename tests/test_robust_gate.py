@@ -180,6 +180,32 @@ def test_the_cli_writes_the_robust_report_and_play_replays_a_trial(tmp_path):
                                                                  for f in s["failures"]]
 
 
+def test_both_sides_adds_the_right_step_and_turn_and_leaves_the_default_as_it_was():
+    assert sim2sim.both_sides() == sim2sim.SEGMENTS + (("sideways_mirrored", (0.0, -0.3, 0.0)),
+                                                       ("turn_mirrored", (0.0, 0.0, -0.5)))
+    # pushes are drawn over the whole sequence: the default sequence's draws are the ones they were
+    assert robust.sequence_seconds(4.0) == 16.0 and robust.sequence_seconds(4.0, sim2sim.both_sides()) == 24.0
+    from fast_td3.training.gate_loop import gate_options
+
+    assert "both_sides=false" in gate_options(TrainConfig()) and "both_sides=true" in gate_options(
+        TrainConfig(gate=GateConfig(both_sides=True)))
+
+
+def test_the_cli_plays_both_sides_and_a_replay_plays_the_same_sequence(tmp_path):
+    out = tmp_path / "both.json"
+    run = subprocess.run([str(BIN / "fast-td3-sim2sim"), "bundle=t1_flat", "robust=true", "trials=1", "seconds=3",
+                          "both_sides=true", "push=off", f"report={out}"], capture_output=True, text=True, timeout=300)
+    assert run.returncode in (0, 1), run.stderr
+    record = json.loads(out.read_text())
+    assert [name for name, _ in record["segments"]] == [name for name, _ in sim2sim.both_sides()]
+    played = {s["name"]: s for s in record["nominal"]["segments"]}
+    assert played["turn_mirrored"]["command"] == [0.0, 0.0, -0.5] and "yaw_rate_error" in played["turn_mirrored"]
+    assert watch.recorded_segments(out) == sim2sim.both_sides() and watch.recorded_segments(None) == sim2sim.SEGMENTS
+    bad = subprocess.run([str(BIN / "fast-td3-sim2sim"), "bundle=t1_flat", "both_sides=maybe"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "both_sides=maybe: give true or false" in bad.stderr
+
+
 def test_captions_name_the_draw_and_each_push(tmp_path):
     draw = TrialDraw(trial=4, seed=0, floor_friction=0.5, pushes=[{"time": 6.5, "vx": 0.3, "vy": 0.4, "speed": 0.5}])
     watch.write_captions(tmp_path / "v.srt", draw, 20.0)

@@ -101,6 +101,9 @@ class GateConfig:
     """Seed of the trials' draws: every gate of a run meets the same perturbations."""
     min_pass_rate: float = 0.9
     """Share of the trials that must pass for the gate to pass (the nominal trial must pass too)."""
+    both_sides: bool = False
+    """Play the sideways step and the turn to the right too (`fast-td3-sim2sim both_sides=true`): the
+    default sequence asks only for the left ones, and a policy can turn one way far better."""
     stop_after_passes: int = 0
     """Stop the run once this many gates in a row passed (0: never)."""
     perturbations: Dict[str, str] = field(default_factory=dict)

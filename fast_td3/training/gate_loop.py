@@ -67,7 +67,8 @@ class GateVerdict:
 def gate_options(cfg: TrainConfig) -> list[str]:
     """`key=value` options of `sim2real.gate_job` for this run's gate."""
     gate = cfg.gate
-    options = {"trials": gate.trials, "seconds": gate.seconds, "seed": gate.seed, "min_pass_rate": gate.min_pass_rate}
+    options = {"trials": gate.trials, "seconds": gate.seconds, "seed": gate.seed, "min_pass_rate": gate.min_pass_rate,
+               "both_sides": str(gate.both_sides).lower()}
     options.update(gate.perturbations or {})
     return [f"{key}={value}" for key, value in options.items()]
 

@@ -46,6 +46,17 @@ def test_manager_keeps_the_newest_and_points_at_the_latest(tmp_path):
     assert manager.latest().name == "step_000000015.pt"
 
 
+def test_a_kill_between_the_checkpoint_and_its_pointer_leaves_latest_and_resume_agreeing(tmp_path):
+    """SIGKILL after the rename of step 20 into place but before the pointer is rewritten: the
+    pointer still names step 10; latest() and a resume both take step 20."""
+    manager = ckpt.CheckpointManager(tmp_path, keep=3)
+    manager.save(state_of(10), 10)
+    ckpt.save_atomic(state_of(20), manager.dir / "step_000000020.pt")
+    assert (manager.dir / "latest").read_text() == "step_000000010.pt"
+    assert manager.latest().name == "step_000000020.pt"
+    assert ckpt.pick_for_resume(tmp_path)[0] == manager.latest()
+
+
 def test_missing_checkpoints_are_reported_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint in"):
         ckpt.find_checkpoint(tmp_path)

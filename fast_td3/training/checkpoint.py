@@ -226,11 +226,9 @@ class CheckpointManager:
         return sorted((p for p in self.dir.iterdir() if _STEP_FILE.match(p.name)), key=step_of)
 
     def latest(self) -> Path | None:
-        pointer = self.dir / LATEST
-        if pointer.is_file():
-            candidate = self.dir / pointer.read_text().strip()
-            if candidate.is_file():
-                return candidate
+        """The newest `step_<N>.pt`. The files, not the `latest` pointer, decide: a process
+        killed between renaming a checkpoint into place and rewriting the pointer leaves the
+        pointer one checkpoint behind, and a resume continues from the newest file."""
         files = self.all()
         return files[-1] if files else None
 

@@ -69,6 +69,11 @@ def row(run_dir: Path, note: str = "") -> dict:
     }
 
 
+def _or_dash(value) -> str:
+    """A run not gated yet shows '-', not 'None'."""
+    return "-" if value is None else str(value)
+
+
 def markdown(rows: list[dict]) -> str:
     when = describe_pass
     lines = ["| algo | seed | first nominal pass | first robust pass | robust rate (latest) | last 5 passing | "
@@ -76,7 +81,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         errors = " / ".join("-" if e is None else f"{e:.2f}" for e in r["latest_errors"].values())
         lines.append(f"| {r['algo']} | {r['seed']} | {when(r['first_nominal_pass'])} | {when(r['first_robust_pass'])} | "
-                     f"{r['robust_pass_rate_latest']} | {r['last5_passed']}/5 | {errors} | "
+                     f"{_or_dash(r['robust_pass_rate_latest'])} | {_or_dash(r['last5_passed'])}/5 | {errors} | "
                      f"step {r['steps']}, {r['minutes']} min |")
     return "\n".join(lines)
 

@@ -61,6 +61,9 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
     assert row["latest_errors"] == {"forward": None, "sideways": None, "turn": 0.4}  # step 4000's verdict
     assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) | 0.9 | 1/5 | - / - / 0.40 |" in \
         recipe_table.markdown([row])
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 900, "time": 90.0}) + "\n")  # not gated yet
+    assert "| fast_sac | 3 | not yet | not yet | - | -/5 | - / - / - | step 900, 1.5 min |" in \
+        recipe_table.markdown([recipe_table.row(run)])
 
 
 def test_a_gate_without_trials_is_no_robust_pass():

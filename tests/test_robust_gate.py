@@ -326,6 +326,19 @@ def test_a_resume_recalls_the_gates_verdicts_and_best_pt(tmp_path, monkeypatch):
     assert started == [None]  # every checkpoint has its verdict: nothing to gate again
 
 
+def test_the_robust_recipe_gates_while_training_as_the_shipping_gate_does():
+    """preset=cpu_t1's gate in the loop plays the segment length `fast-td3-sim2sim` and
+    scripts/ship_t1_bundle.py judge with: shorter segments hide a heading that drifts."""
+    import inspect
+
+    from test_precision import composed
+
+    recipe = composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1")
+    assert recipe.gate.seconds == inspect.signature(sim2sim.run).parameters["seconds"].default == 20.0
+    assert recipe.gate.seconds == inspect.signature(robust.run).parameters["seconds"].default
+    assert composed("task=T1LowDimJoystickFlatTerrain").gate.seconds == 10.0  # the task's own, cheaper
+
+
 def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, FAST_TD3_THREADS="1")

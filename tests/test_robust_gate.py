@@ -227,7 +227,7 @@ def _bad_bundle(tmp_path: Path, edit) -> Path:
 
 
 @pytest.mark.parametrize("case, message", [
-    ("missing", "no such folder, nor a shipped bundle (shipped: t1_flat)"),
+    ("missing", "no such folder, nor a shipped bundle (shipped: t1_flat, t1_robust)"),
     ("gain_text", "common.stiffness[2] (Left_Shoulder_Pitch) is 's', not a number"),
     ("gain_count", "common.damping needs 23 numbers (one per joint, SDK order), has 22"),
     ("settle", "seconds=2 leaves nothing to judge"),

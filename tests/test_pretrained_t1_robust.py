@@ -1,0 +1,90 @@
+"""The shipped robust T1 policy (`sim2real/pretrained/t1_robust`): it clears the bar it shipped on.
+
+The bar (scripts/ship_t1_bundle.py): the nominal gate with every mean tracking error at most 80%
+of its limit and forward coverage of at least 75%, and the robust gate over 20 trials (seed 0)
+at a pass rate of at least 0.9. The default tier plays the nominal gate and two of the recorded
+trials that passed (about a minute on 2 cores); the slow tier plays all 20.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mujoco")
+pytest.importorskip("torch")
+
+from sim2real import robust, sim2sim  # noqa: E402
+from sim2real.perturbations import PerturbationRanges  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "sim2real" / "pretrained" / "t1_robust"
+
+
+@pytest.fixture(scope="module")
+def bundle() -> sim2sim.Bundle:
+    return sim2sim.load_bundle(BUNDLE)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    return json.loads((BUNDLE / "sim2sim_robust.json").read_text())
+
+
+def test_the_robust_bundle_passes_the_nominal_gate_with_margin(bundle):
+    report = sim2sim.run(bundle)
+    assert report.passed and report.deploy_mismatches == []
+    limits = report.thresholds
+    for segment in (s for s in report.segments if s.moving):
+        assert segment.lin_vel_error <= 0.8 * limits["max_lin_vel_error"], segment
+        assert segment.yaw_rate_error <= 0.8 * limits["max_yaw_rate_error"], segment
+    (forward,) = [s for s in report.segments if s.name == "forward"]
+    assert forward.coverage >= 0.75
+
+
+def test_two_recorded_robust_trials_replay_and_pass(bundle, recorded):
+    """The two recorded passing trials with the widest margin on the planar error: played again
+    from the same draws, they pass (a change to the robot, the perturbations or the policy's
+    inputs shows up here before the slow tier's 20 trials)."""
+    assert recorded["seed"] == 0 and len(recorded["trials"]) == 20 and recorded["robust_pass_rate"] >= 0.9
+    ranges = PerturbationRanges()
+    assert recorded["ranges"] == ranges.to_dict()  # shipped under today's default ranges
+    passing = [t for t in recorded["trials"] if t["passed"]]
+    widest = sorted(passing, key=lambda t: max(s["lin_vel_error"] or 0.0 for s in t["segments"]))[:2]
+    for trial in widest:
+        draw = robust.draw(bundle, ranges, 0, trial["trial"], recorded["seconds"])
+        report = sim2sim.run(bundle, seconds=recorded["seconds"], draw=draw)
+        assert report.passed, (trial["trial"], [s.failures for s in report.segments])
+
+
+@pytest.mark.slow
+def test_the_robust_bundle_passes_the_robust_gate_it_shipped_on(bundle, recorded):
+    """All 20 trials of seed 0. Where this machine reproduces the recording bit for bit (the
+    nominal errors equal to the last digit), every trial's verdict must be the recorded one.
+    Elsewhere 80 s of contact-rich simulation diverge from a last-bit difference in a matmul:
+    on the recording machine, observations perturbed by 1e-6 gave 18-19 of 20 passing trials
+    with different trials failing, so one trial of slack (0.85) is allowed there."""
+    report = robust.run(bundle, trials=20, seed=0)
+    assert report.nominal.passed
+    same_floats = [s.lin_vel_error for s in report.nominal.segments] == [
+        s["lin_vel_error"] for s in recorded["nominal"]["segments"]]
+    if same_floats:
+        assert [t.passed for t in report.trials] == [t["passed"] for t in recorded["trials"]]
+        assert report.robust_pass_rate >= 0.9
+    else:
+        assert report.robust_pass_rate >= 0.85, [t.failures() for t in report.trials if not t.passed]
+
+
+def test_the_shipped_evidence_is_complete():
+    info = json.loads((BUNDLE / "training.json").read_text())
+    assert info["command"].startswith("fast-td3-train task=T1LowDimJoystickFlatTerrain preset=cpu_t1 algo=fast_sac")
+    assert info["robust"]["trials"] == 20 and info["robust"]["passed"] and info["robust"]["below_the_bar"] == []
+    seeds = json.loads((BUNDLE / "seeds.json").read_text())
+    keys = {"algo", "seed", "cpu", "command", "first_nominal_pass", "first_robust_pass", "robust_pass_rate_latest"}
+    assert len(seeds) >= 2 and all(keys <= set(row) for row in seeds)
+    assert {row["seed"] for row in seeds} >= {0, 1} and all(row["cpu"] for row in seeds)
+    assert any(row["command"] == info["command"] for row in seeds)  # the shipped run is one of the rows
+    for name in ("policy.pt", "policy.onnx", "meta.json", "T1.yaml", "sim2sim.json", "curve.png", "train_config.yaml"):
+        assert (BUNDLE / name).is_file(), name

@@ -217,3 +217,25 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoin
     step = int(stops[0].split(";")[0].removeprefix("Stopped at global step "))
     (checkpoint,) = metrics.parent.glob("checkpoints/*.pt")
     assert checkpoint.name == f"step_{step:09d}.pt"
+
+
+def test_ranks_stop_lines_sharing_one_stderr_never_run_into_each_other():
+    """The CI failure behind `_say_whole_line`: two ranks' stop lines written to torchrun's one
+    stderr pipe came out as one line (unbuffered, print() writes the text and its newline
+    separately). Two processes write the line at once for half a second, starting together; every
+    line read back must be whole."""
+    import time
+
+    line = "Stopped at global step 20; checkpoint saved to " + "x" * 200
+    start = time.time() + 10  # both have imported by then (later only shortens the overlap)
+    writer = ("import sys, time; from fast_td3.training.train import _say_whole_line\n"
+              f"time.sleep(max(0.0, {start} - time.time()))\n"
+              f"while time.time() < {start} + 0.5: _say_whole_line({line!r} + sys.argv[1])")
+    read, write = os.pipe()
+    writers = [subprocess.Popen([sys.executable, "-c", writer, str(rank)], cwd=ROOT, stderr=write,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}) for rank in (0, 1)]
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        lines = pipe.read().splitlines()
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    assert sorted(set(lines)) == [line + "0", line + "1"], [l for l in lines if l not in (line + "0", line + "1")][:3]

@@ -15,6 +15,7 @@ folders (`run_folder`), what a run records (`recording`) and the composition roo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -55,11 +56,21 @@ def _refused(error: BaseException, run: RunContext) -> None:
         LAUNCH.lock.release(remove_file=True)
 
 
+def _say_whole_line(text: str) -> None:
+    """One write(2) of the line and its newline: under torchrun every rank shares the agent's stderr,
+    and print()'s two writes when unbuffered (text, then end) let two ranks' lines run into one."""
+    sys.stderr.flush()
+    try:
+        os.write(sys.stderr.fileno(), f"{text}\n".encode())
+    except (AttributeError, OSError, ValueError):  # a stderr with no file (captured in-process)
+        print(text, file=sys.stderr, flush=True)
+
+
 def _stopped(stopped, run: RunContext) -> None:
     """A stop by a signal after a whole step, with a checkpoint."""
     from fast_td3.training import distributed
 
-    print(f"{stopped}. Continue with: fast-td3-train {shell_arg('resume', run.dir)}", file=sys.stderr, flush=True)
+    _say_whole_line(f"{stopped}. Continue with: fast-td3-train {shell_arg('resume', run.dir)}")
     # Under torchrun every rank stopped at this step; none exits before all have reported, since
     # torchrun's agent sends SIGTERM to the other ranks once one exits (past the stop handlers).
     distributed.barrier(run.ranks)
@@ -69,13 +80,12 @@ def _stopped(stopped, run: RunContext) -> None:
 def _interrupted(interrupt: KeyboardInterrupt, run: RunContext) -> None:
     """A second Ctrl-C (aborted mid-step), or Ctrl-C/SIGTERM before training."""
     if has_checkpoints(run.dir):
-        print(f"{stop_name(interrupt)}. Continue from the last checkpoint with: fast-td3-train "
-              f"{shell_arg('resume', run.dir)}", file=sys.stderr, flush=True)
+        _say_whole_line(f"{stop_name(interrupt)}. Continue from the last checkpoint with: fast-td3-train "
+                        f"{shell_arg('resume', run.dir)}")
         return
     gone = run.ranks.is_main and LAUNCH.discard_new_run(run.dir)
-    print(f"{stop_name(interrupt)} before the first checkpoint: nothing to resume"
-          + (f"; {run.dir} {'was removed' if LAUNCH.created else 'is empty again'}" if gone else ""),
-          file=sys.stderr, flush=True)
+    _say_whole_line(f"{stop_name(interrupt)} before the first checkpoint: nothing to resume"
+                    + (f"; {run.dir} {'was removed' if LAUNCH.created else 'is empty again'}" if gone else ""))
 
 
 def exit_table() -> tuple:

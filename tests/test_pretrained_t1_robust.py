@@ -88,3 +88,27 @@ def test_the_shipped_evidence_is_complete():
     assert any(row["command"] == info["command"] for row in seeds)  # the shipped run is one of the rows
     for name in ("policy.pt", "policy.onnx", "meta.json", "T1.yaml", "sim2sim.json", "curve.png", "train_config.yaml"):
         assert (BUNDLE / name).is_file(), name
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def test_preset_cpu_t1_robust_is_the_shipped_runs_config():
+    """`preset=cpu_t1_robust seed=1` trains what the shipped run trained: its composed config
+    equals the bundle's train_config.yaml but for what belongs to the machine or the run folder
+    (threads, `auto` resolved, out_dir) and the in-loop gate's segment length, which the shipped
+    run played at 10 s before preset=cpu_t1 moved it to the shipping gate's 20 s."""
+    from omegaconf import OmegaConf
+    from test_precision import composed
+
+    preset = _leaves(OmegaConf.to_container(composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust", "seed=1")))
+    shipped = _leaves(OmegaConf.to_container(OmegaConf.load(BUNDLE / "train_config.yaml")))
+    differing = {key for key in preset.keys() | shipped.keys() if preset.get(key, "-") != shipped.get(key, "-")}
+    machine = {"env.options.num_threads", "env.options.backend", "out_dir"} | {k for k in shipped if k.startswith("resolved.")}
+    assert differing - machine == {"gate.seconds"}
+    assert (preset["gate.seconds"], shipped["gate.seconds"]) == (20.0, 10.0)
+    assert preset["env.options.backend"] == "auto" and preset["algo.name"] == "fast_sac" and preset["algo.symmetry"]

@@ -43,22 +43,6 @@ from sim2real.export import export_bundle  # noqa: E402
 DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
 
 
-def robust_bar(nominal, robust_report, margin: float, min_coverage: float = 0.75) -> list[str]:
-    """Where a bundle falls short of a robust shipped bundle's bar, in words (empty: it clears it)."""
-    limits = nominal.thresholds
-    short = [] if robust_report.passed else [
-        f"robust pass rate {robust_report.robust_pass_rate:.0%} < {robust_report.min_pass_rate:.0%}"]
-    for segment in nominal.segments:
-        if not segment.moving:
-            continue
-        for name, limit in (("lin_vel_error", "max_lin_vel_error"), ("yaw_rate_error", "max_yaw_rate_error")):
-            if not getattr(segment, name) <= margin * limits[limit]:
-                short.append(f"{segment.name}: {name} {getattr(segment, name):.3f} > {margin} x {limits[limit]}")
-        if segment.command[0] != 0.0 and not segment.coverage >= min_coverage:
-            short.append(f"{segment.name}: forward coverage {segment.coverage:.0%} < {min_coverage:.0%}")
-    return short
-
-
 def plot_curve(records: list[dict], step: int, path: Path, title: str) -> None:
     import matplotlib
 
@@ -93,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
     parser.add_argument("--robust", type=int, default=0, help="robust gate trials (0: none)")
     parser.add_argument("--robust-seed", type=int, default=0)
-    parser.add_argument("--margin", type=float, default=0.8, help="nominal errors at most this share of their limits")
+    parser.add_argument("--margin", type=float, default=robust.SHIPPING_MARGIN, help="nominal errors at most this share of their limits")
     parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
     args = parser.parse_args(argv)
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
@@ -115,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         robust.print_report(robust_report)
         (staging / "sim2sim_robust.json").write_text(
             json.dumps(json_safe(robust_report.to_dict()), indent=2, allow_nan=False))
-        shortfalls = robust_bar(report, robust_report, args.margin)
+        shortfalls = robust.shipping_shortfalls(report, robust_report, args.margin)
         for line in shortfalls:
             print(f"below the bar: {line}")
         if shortfalls and not args.allow_fail:

@@ -140,6 +140,34 @@ def run(bundle: sim2sim.Bundle, trials: int = DEFAULT_TRIALS, seed: int = 0,
     return report
 
 
+SHIPPING_MARGIN = 0.8
+"""A shipped robust bundle's nominal errors stay within this share of their limits: room for the
+robot's differences that the perturbations do not draw."""
+SHIPPING_MIN_COVERAGE = 0.75
+"""...and it covers at least this share of the commanded distance walking forward."""
+
+
+def nominal_shortfalls(nominal: sim2sim.Sim2SimReport, margin: float = SHIPPING_MARGIN,
+                       min_coverage: float = SHIPPING_MIN_COVERAGE) -> list[str]:
+    """Where a nominal gate's report falls short of the shipping margin, in words (empty: none)."""
+    limits, short = nominal.thresholds, []
+    for segment in (s for s in nominal.segments if s.moving):
+        for name, limit in (("lin_vel_error", "max_lin_vel_error"), ("yaw_rate_error", "max_yaw_rate_error")):
+            if not getattr(segment, name) <= margin * limits[limit]:
+                short.append(f"{segment.name}: {name} {getattr(segment, name):.3f} > {margin} x {limits[limit]}")
+        if segment.command[0] != 0.0 and not segment.coverage >= min_coverage:
+            short.append(f"{segment.name}: forward coverage {segment.coverage:.0%} < {min_coverage:.0%}")
+    return short
+
+
+def shipping_shortfalls(nominal: sim2sim.Sim2SimReport, report: RobustReport, margin: float = SHIPPING_MARGIN,
+                        min_coverage: float = SHIPPING_MIN_COVERAGE) -> list[str]:
+    """The bar a robust bundle ships on (scripts/ship_t1_bundle.py): the robust gate passed and the
+    nominal gate within the margin; what falls short, in words (empty: it clears the bar)."""
+    short = [] if report.passed else [f"robust pass rate {report.robust_pass_rate:.0%} < {report.min_pass_rate:.0%}"]
+    return short + nominal_shortfalls(nominal, margin, min_coverage)
+
+
 def print_trial(result: TrialResult) -> None:
     verdict = "ok  " if result.passed else "FAIL"
     print(f"  trial {result.draw.trial:>3} {verdict} {result.report.seconds_walked:5.1f} s on its feet"

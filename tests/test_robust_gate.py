@@ -382,3 +382,29 @@ def test_bad_gate_settings_are_refused_before_a_run_folder_exists(tmp_path, args
                          cwd=tmp_path)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert list(tmp_path.iterdir()) == []  # no run folder, nothing written
+
+
+def test_the_shipping_bar_names_each_error_past_its_margin_and_short_coverage():
+    """Known answers for the bar a robust bundle ships on: 80% of each limit, 75% forward coverage,
+    the robust gate passed; a nominal pass alone is not enough."""
+    from types import SimpleNamespace
+
+    from sim2real.sim2sim import SegmentReport, Sim2SimReport
+
+    limits = {"max_lin_vel_error": 0.2, "max_yaw_rate_error": 0.3}
+
+    def nominal(forward_lin, turn_yaw, forward_distance):
+        return Sim2SimReport("b", True, [], {**limits, "min_forward_coverage": 0.5}, [
+            SegmentReport("stand", [0.0, 0.0, 0.0], 20.0, lin_vel_error=0.5),  # a still segment is not judged
+            SegmentReport("forward", [0.5, 0.0, 0.0], 20.0, distance=forward_distance, commanded_distance=10.0,
+                          lin_vel_error=forward_lin, yaw_rate_error=0.0),
+            SegmentReport("turn", [0.0, 0.0, 0.5], 20.0, lin_vel_error=0.0, yaw_rate_error=turn_yaw)])
+
+    assert robust.nominal_shortfalls(nominal(0.16, 0.24, 7.5)) == []  # exactly at 80% and at 75%
+    assert robust.nominal_shortfalls(nominal(0.17, 0.25, 7.4)) == [
+        "forward: lin_vel_error 0.170 > 0.8 x 0.2", "forward: forward coverage 74% < 75%",
+        "turn: yaw_rate_error 0.250 > 0.8 x 0.3"]
+    assert robust.nominal_shortfalls(nominal(0.19, 0.0, 10.0), margin=1.0) == []
+    failed = SimpleNamespace(passed=False, robust_pass_rate=0.85, min_pass_rate=0.9)
+    assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), failed) == ["robust pass rate 85% < 90%"]
+    assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), SimpleNamespace(passed=True)) == []

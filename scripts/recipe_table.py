@@ -51,7 +51,7 @@ def row(run_dir: Path, note: str = "") -> dict:
     last = records[-1] if records else {}
     resolved = config.get("resolved", {}) or {}
     return {
-        "run": str(run_dir),
+        "run": f"{run_dir.parent.name}/{run_dir.name}",  # not this machine's path: seeds.json ships
         "algo": (config.get("algo") or {}).get("name", "?"),
         "seed": config.get("seed"),
         "cpu": resolved.get("cpu") or cpu_model(),

@@ -54,6 +54,7 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
         {"step": 4000, "time": 660.0}, verdict(4000, True, True, 0.9, 670.0))))
     (row,) = [recipe_table.row(path) for path in recipe_table.find_runs([tmp_path / "runs"])]
     assert (row["algo"], row["seed"], row["cpu"]) == ("fast_sac", 3, "AMD EPYC test")
+    assert row["run"] == "runs/0_T1_seed3"  # the folder's own name, not this machine's path
     assert row["command"] == ("fast-td3-train task=T1LowDimJoystickFlatTerrain preset=cpu_t1 algo=fast_sac seed=3")
     assert row["first_nominal_pass"] == {"step": 2000, "minutes": 5.0}
     assert row["first_robust_pass"] == {"step": 4000, "minutes": 11.0}

@@ -150,7 +150,10 @@ def step_of(path: Path) -> int:
 
 
 class CheckpointManager:
-    """`<run>/checkpoints/step_<N>.pt` files plus a `latest` pointer, keeping the newest `keep`."""
+    """`<run>/checkpoints/step_<N>.pt` files plus a `latest` pointer, keeping the newest `keep`.
+
+    The pointer is for people and for paths (`checkpoint=<run>/checkpoints/latest`); which
+    checkpoint is the latest is decided by the files alone (`latest()`)."""
 
     def __init__(self, run_dir: Path, keep: int = 3) -> None:
         self.dir = Path(run_dir) / CHECKPOINT_DIR

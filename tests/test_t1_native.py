@@ -166,6 +166,47 @@ def test_domain_randomisation_varies_each_switched_on_kind_per_env():
     assert off.batch.expanded("actuator_gainprm") is None and not off.encoder_offsets().any()
 
 
+def test_redraw_each_episode_gives_a_reset_env_a_new_robot_and_leaves_the_others():
+    """randomization.redraw_each_episode: an env that resets draws its model again, as the robust
+    gate draws one per trial, around the model's own values (no compounding); envs that do not
+    reset keep theirs. Off (the default), resets keep each env's one draw."""
+    gate = perturbations.PerturbationRanges()
+
+    def robot(env):
+        return {name: env.batch.expanded(name).copy() for name in ("geom_friction", "body_mass", "actuator_gainprm",
+                                                                    "actuator_biasprm")} | {"offsets": env.encoder_offsets().copy()}
+
+    kept = native(4, 0, domain_randomization=True)
+    before = robot(kept)
+    kept.reset()
+    assert all(np.array_equal(before[k], v) for k, v in robot(kept).items())
+
+    env = native(4, 0, domain_randomization=True, config_overrides={"randomization": {"redraw_each_episode": True}})
+    env.reset()
+    trunk = int(env.model.jnt_bodyid[0])
+    links = [b for b in range(1, env.model.nbody) if b != trunk]
+    for _ in range(4):
+        before = robot(env)
+        env._reset_envs(np.array([1, 3]))  # what an auto-reset of envs 1 and 3 runs
+        after = robot(env)
+        for name, values in after.items():
+            np.testing.assert_array_equal(values[[0, 2]], before[name][[0, 2]], err_msg=name)
+            assert not np.array_equal(values[[1, 3]], before[name][[1, 3]]), name
+        mass = after["body_mass"][:, links] / env.model.body_mass[links]
+        assert ((gate.link_mass[0] <= mass) & (mass <= gate.link_mass[1])).all()  # drawn afresh, not compounded
+        kp = after["actuator_gainprm"][:, 11, 0] / t1.STIFFNESS[11]
+        assert ((gate.kp[0] <= kp) & (kp <= gate.kp[1])).all()
+        legs = list(t1.LEG_SDK_INDICES)
+        np.testing.assert_allclose(after["actuator_biasprm"][:, legs, 0],
+                                   -after["actuator_gainprm"][:, legs, 0] * after["offsets"][:, legs])
+
+
+def test_redraw_each_episode_on_mjx_says_it_is_native_only():
+    with pytest.raises(EnvOptionError, match="native backend only"):
+        make_env("playground", TASK, 2, 0, torch.device("cpu"), backend="mjx", domain_randomization=True,
+                 config_overrides={"randomization": {"redraw_each_episode": True}})
+
+
 def test_set_state_round_trips_the_task_state():
     a, b = native(2, 3), native(2, 9)
     obs, extras = a.reset()

@@ -275,6 +275,9 @@ class PlaygroundVecEnv:
         if hasattr(env, "mirror_maps"):  # a task that can mirror its vectors (ours: T1LowDim), for algo.symmetry
             self.mirror_maps = env.mirror_maps
         self._models = None
+        if domain_randomization and config.get("randomization", {}).get("redraw_each_episode", False):
+            raise EnvOptionError("randomization.redraw_each_episode=true runs on the native backend only "
+                                 "(env.options.backend=native); on MJX each env keeps its one draw for the run")
         if domain_randomization:
             with jax.default_device(self._jax_device):
                 dr_keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD0), self.num_envs)

@@ -102,6 +102,9 @@ def default_config() -> config_dict.ConfigDict:
             payload=True, payload_range=list(GATE_RANGES.payload),  # kg on the trunk
             joint_offsets=True, joint_offset_range=list(GATE_RANGES.joint_offset),
             gains=True, kp_scale=list(GATE_RANGES.kp), kd_scale=list(GATE_RANGES.kd),
+            # False: drawn once per env for the run (64 envs see 64 robots). True (native backend
+            # only): drawn again whenever an env resets, as the robust gate draws one per trial.
+            redraw_each_episode=False,
         ),
         action_delay=config_dict.create(
             # policy steps between the policy's output and the PD targets, drawn per episode

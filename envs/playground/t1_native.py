@@ -79,7 +79,8 @@ class T1NativeVecEnv:
         reward_scales: reward term -> scale, over the defaults (`env.reward_scales.*`).
         push: push perturbations on/off (None: the config's `push_config.enable`).
         domain_randomization: per-env floor friction, link masses, gains and encoder offsets
-            (the switched-on kinds of `randomization.*`), drawn once per env for the run.
+            (the switched-on kinds of `randomization.*`), drawn once per env for the run, or at
+            every reset with `randomization.redraw_each_episode`.
         config_overrides: flat or nested overrides of the task's config (the MJX env's keys).
         menagerie_path: a MuJoCo Menagerie folder (default: see envs/playground/menagerie.py).
         num_threads: physics threads (None: the CPUs this process may use).
@@ -132,8 +133,10 @@ class T1NativeVecEnv:
         self._default_pose = np.asarray(control.default_pose)
         self._leg_torque_limit = np.asarray(control.leg(control.torque_limit))
         self._encoder_offsets = np.zeros((self.num_envs, t1.NUM_JOINTS))
+        self._dr_rng = None
         if domain_randomization:
-            self._randomize(np.random.default_rng(derive_env_seeds(self.seed, self.num_envs) + [0xD0]))
+            self._dr_rng = np.random.default_rng(derive_env_seeds(self.seed, self.num_envs) + [0xD0])
+            self._randomize(np.arange(self.num_envs))
         self.max_episode_steps = int(max_episode_steps or config.episode_length)
         self.num_obs = t1.OBSERVATION_SIZE
         self.num_critic_obs = sum(size for _, size in t1_lowdim.PRIVILEGED_LAYOUT)
@@ -296,6 +299,8 @@ class T1NativeVecEnv:
         qvel = np.zeros((n, self.model.nv))
         qvel[:, 0:6] = rng.uniform(-0.3, 0.3, (n, 6))
         # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
+        if self._dr_rng is not None and self.config.randomization.redraw_each_episode:
+            self._randomize(ids)  # a new robot for the new episode
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._qpos[ids], self._qvel[ids], self._ctrl[ids] = qpos, qvel, self._default_pose
         self.batch.forward(ids)
@@ -382,32 +387,36 @@ class T1NativeVecEnv:
         return actor.astype(np.float32), critic.astype(np.float32)
 
     # --------------------------------------------------------------- domain randomisation
-    def _randomize(self, rng: np.random.Generator) -> None:
-        """The switched-on kinds of `randomization.*`, as `T1LowDimJoystick.domain_randomize`."""
-        cfg, n, batch = self.config.randomization, self.num_envs, self.batch
+    def _randomize(self, ids: np.ndarray) -> None:
+        """The switched-on kinds of `randomization.*` for the envs `ids`, as
+        `T1LowDimJoystick.domain_randomize`; masses, inertias and gains are drawn around the
+        model's own, so a redraw does not compound on the last one."""
+        cfg, n, batch, model, rng = self.config.randomization, len(ids), self.batch, self.model, self._dr_rng
         kp, kd = np.asarray(self.control.stiffness), np.asarray(self.control.damping)
         if cfg.floor_friction:
-            batch.expand("geom_friction")[:, self.index.floor_geom, 0] = rng.uniform(*cfg.floor_friction_range, n)
-        if cfg.link_masses:
+            batch.expand("geom_friction")[ids, self.index.floor_geom, 0] = rng.uniform(*cfg.floor_friction_range, n)
+        if cfg.link_masses or cfg.payload:
             mass, inertia = batch.expand("body_mass"), batch.expand("body_inertia")
-            scale = rng.uniform(*cfg.link_mass_scale, mass.shape)
-            mass *= scale
-            inertia *= scale[..., None]
+            mass[ids], inertia[ids] = model.body_mass, model.body_inertia
+        if cfg.link_masses:
+            scale = rng.uniform(*cfg.link_mass_scale, (n, model.nbody))
+            mass[ids] *= scale
+            inertia[ids] *= scale[..., None]
         if cfg.payload:
-            mass = batch.expand("body_mass")
-            trunk = int(self.model.jnt_bodyid[0])
-            mass[:, trunk] = np.maximum(mass[:, trunk] + rng.uniform(*cfg.payload_range, n), 1e-3)
+            trunk = int(model.jnt_bodyid[0])
+            mass[ids, trunk] = np.maximum(mass[ids, trunk] + rng.uniform(*cfg.payload_range, n), 1e-3)
         if cfg.gains or cfg.joint_offsets:
             gain, bias = batch.expand("actuator_gainprm"), batch.expand("actuator_biasprm")
+            gain[ids], bias[ids] = model.actuator_gainprm, model.actuator_biasprm
             if cfg.gains:
                 kp = kp * rng.uniform(*cfg.kp_scale, (n, t1.NUM_JOINTS))
-                gain[:, :, 0] = kp
-                bias[:, :, 1], bias[:, :, 2] = -kp, -kd * rng.uniform(*cfg.kd_scale, (n, t1.NUM_JOINTS))
+                gain[ids, :, 0] = kp
+                bias[ids, :, 1], bias[ids, :, 2] = -kp, -kd * rng.uniform(*cfg.kd_scale, (n, t1.NUM_JOINTS))
             if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
                 legs = self.index.legs
                 offset = rng.uniform(*cfg.joint_offset_range, (n, t1.NUM_LEG_JOINTS))
-                bias[:, legs, 0] = bias[:, legs, 1] * offset  # -kp·δ
-                self._encoder_offsets[:, legs] = offset
+                bias[np.ix_(ids, legs, [0])] = bias[np.ix_(ids, legs, [1])] * offset[..., None]  # -kp·δ
+                self._encoder_offsets[np.ix_(ids, legs)] = offset
         if cfg.link_masses or cfg.payload:
             batch.set_const()  # what MuJoCo derives from the masses, as the gate's mj_setConst
 

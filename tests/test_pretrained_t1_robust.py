@@ -78,8 +78,9 @@ def test_the_shipped_evidence_is_complete():
     assert info["robust"]["trials"] == 20 and info["robust"]["passed"] and info["robust"]["below_the_bar"] == []
     seeds = json.loads((BUNDLE / "seeds.json").read_text())
     keys = {"algo", "seed", "cpu", "command", "first_nominal_pass", "first_robust_pass", "robust_pass_rate_latest"}
-    assert len(seeds) >= 2 and all(keys <= set(row) for row in seeds)
-    assert {row["seed"] for row in seeds} >= {0, 1} and all(row["cpu"] for row in seeds)
+    assert len(seeds) >= 3 and all(keys <= set(row) for row in seeds)
+    assert {row["seed"] for row in seeds} >= {0, 1, 2} and all(row["cpu"] for row in seeds)
+    assert all(not row["run"].startswith("/") for row in seeds)  # folder names, not one machine's paths
     assert any(row["command"] == info["command"] for row in seeds)  # the shipped run is one of the rows
     for name in ("policy.pt", "policy.onnx", "meta.json", "T1.yaml", "sim2sim.json", "curve.png", "train_config.yaml"):
         assert (BUNDLE / name).is_file(), name

@@ -298,9 +298,9 @@ class T1NativeVecEnv:
         qpos[:, 7:] += rng.uniform(-0.05, 0.05, (n, t1.NUM_JOINTS))
         qvel = np.zeros((n, self.model.nv))
         qvel[:, 0:6] = rng.uniform(-0.3, 0.3, (n, 6))
-        # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
         if self._dr_rng is not None and self.config.randomization.redraw_each_episode:
             self._randomize(ids)  # a new robot for the new episode
+        # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._qpos[ids], self._qvel[ids], self._ctrl[ids] = qpos, qvel, self._default_pose
         self.batch.forward(ids)

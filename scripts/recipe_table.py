@@ -2,6 +2,7 @@
 
     python scripts/recipe_table.py runs/sweeps/<sweep> runs/T1LowDimJoystickFlatTerrain/<run> ...
     python scripts/recipe_table.py <runs...> --json seeds.json --note "two runs at once, one thread each"
+    python scripts/recipe_table.py <run> --trials 30000   # also: which perturbed trials fail, from step 30000 on
 
 Per run: the algorithm, seed, CPU and the command that reproduces it; the wall time to the first
 checkpoint that passed the nominal gate and to the first the robust gate passed (nominal plus
@@ -9,7 +10,8 @@ at least 90% of the perturbed trials); the robust pass rate of the latest verdic
 the last 5 gated checkpoints passed; the latest nominal verdict's tracking errors (forward and
 sideways [m/s], turn [rad/s]: which skill fails); and where the run stands (steps, minutes). Times are the
 run's clock, summed over resumes (fast_td3/analysis/gate_summary.py). The CPU is the one the
-run recorded (`resolved.cpu`), else this machine's.
+run recorded (`resolved.cpu`), else this machine's. With `--trials`, each run's perturbed trials
+side by side, verdict by verdict, and what each trial's failures were (fast_td3/analysis/gate_trials.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fast_td3.analysis.gate_summary import describe_pass, gate_summary  # noqa: E402
+from fast_td3.analysis.gate_trials import trial_matrix  # noqa: E402
 from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
@@ -91,9 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", help="run folders, or sweep folders holding them")
     parser.add_argument("--json", type=Path, help="write the rows here (seeds.json)")
     parser.add_argument("--note", default="", help="how the runs shared the machine, for every row")
+    parser.add_argument("--trials", type=int, metavar="FROM_STEP", default=None,
+                        help="also print which perturbed trials failed at each verdict from this step on")
     args = parser.parse_args(argv)
-    rows = [row(run, args.note) for run in find_runs(args.paths)]
+    runs = find_runs(args.paths)
+    rows = [row(run, args.note) for run in runs]
     print(markdown(rows))
+    if args.trials is not None:
+        for run in runs:
+            print(f"\n{run.parent.name}/{run.name}\n{trial_matrix(run, args.trials).text()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"rows: {args.json}")

@@ -50,6 +50,7 @@ def test_each_verdicts_row_and_each_trials_failures_by_kind(tmp_path):
     write_verdict(tmp_path, 6000, [slow(0), fall(1), drift(2)])
     write_verdict(tmp_path, 8000, [])                            # a gate without trials: no row
     (tmp_path / "gate" / "step_000010000.json").write_text('{"report": {"tri')  # still being written
+    (tmp_path / "gate" / "step_000012000.json").write_text('{"error": "export failed"}')  # a gate that errored
 
     matrix = trial_matrix(tmp_path, since_step=4000)
     assert matrix.rows == [(4000, ".xx"), (6000, "xFx")]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GATE_DIR = "gate"
+from fast_td3.training.gate_loop import GATE_DIR
+
 PASS, FAIL, FELL = ".", "x", "F"
 """One trial in a verdict's row: passed; failed without a fall; fell."""
 
@@ -86,7 +87,7 @@ def read_reports(run_dir: str | Path, since_step: int = 0) -> list[tuple[int, di
             record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue  # a verdict still being written
-        found.append((step, record.get("report", record)))
+        found.append((step, record.get("report", {})))  # a gate that errored has none
     return found
 
 

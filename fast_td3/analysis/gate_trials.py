@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fast_td3.training.gate_loop import GATE_DIR
+from sim2real.perturbations import TrialDraw
 
 PASS, FAIL, FELL = ".", "x", "F"
 """One trial in a verdict's row: passed; failed without a fall; fell."""
@@ -60,11 +61,11 @@ class TrialMatrix:
 
 
 def draw_summary(draw: dict[str, Any]) -> str:
-    """A trial's draw in words (sim2real's own wording when it can be read, else its scalars)."""
+    """A trial's draw in words: the gate's own wording, or its scalars for a report whose draw has
+    fields this version's TrialDraw does not know."""
     try:
-        from sim2real.perturbations import TrialDraw
         return TrialDraw(**draw).summary().split(", ", 1)[-1]
-    except (ImportError, TypeError):
+    except TypeError:
         return ", ".join(f"{k} {v}" for k, v in draw.items() if isinstance(v, (int, float)) and k not in ("trial", "seed"))
 
 

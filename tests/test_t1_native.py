@@ -113,6 +113,24 @@ def test_reward_scales_scale_the_named_terms():
     torch.testing.assert_close(extras["observations"][CRITIC][:, :47], obs)
 
 
+def test_the_yaw_terms_have_their_own_sigmas():
+    """exp(-e²/σ): the sharp term's σ (0.0625, a quarter of the broad one's 0.25) gives the same
+    step's broad term to the fourth power, and so does the broad term with its σ set to 0.0625;
+    the linear term is left alone (`reward_config.tracking_sigma_ang_vel[_fine]`)."""
+    both = {"reward_scales": {"tracking_ang_vel_fine": 1.0}}
+    sharp = {"config_overrides": QUIET["config_overrides"] | {"reward_config": {"tracking_sigma_ang_vel": 0.0625}}}
+    a, b = native(seed=3, **both), native(seed=3, **sharp)
+    a.reset(), b.reset()
+    twist = torch.full((2, 12), 0.3)  # off the default pose: the trunk turns a little
+    (_, _, _, ea), (_, _, _, eb) = a.step(twist), b.step(twist)
+    broad = ea["reward_terms"]["tracking_ang_vel"] / 0.5  # the task's scale
+    assert (broad < 0.99).all()  # a real yaw error, or the powers could not differ
+    np.testing.assert_allclose(ea["reward_terms"]["tracking_ang_vel_fine"], broad ** 4, rtol=1e-9)
+    np.testing.assert_allclose(eb["reward_terms"]["tracking_ang_vel"] / 0.5, broad ** 4, rtol=1e-9)
+    assert (eb["reward_terms"]["tracking_ang_vel_fine"] == 0).all()  # scale 0: off unless asked for
+    np.testing.assert_array_equal(eb["reward_terms"]["tracking_lin_vel"], ea["reward_terms"]["tracking_lin_vel"])
+
+
 def test_noise_and_pushes_are_switches():
     noisy = T1NativeVecEnv(TASK, 2, seed=0, push=False)
     obs, extras = noisy.reset()

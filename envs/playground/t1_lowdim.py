@@ -70,7 +70,7 @@ def default_config() -> config_dict.ConfigDict:
             scales=config_dict.create(
                 tracking_lin_vel=1.0,   # exp(-|cmd_xy - v_xy|² / σ)
                 tracking_ang_vel=0.5,   # exp(-(cmd_wz - ω_z)² / σ_ang_vel)
-                tracking_ang_vel_fine=0.0,  # the same with σ_ang_vel_fine: a steady drift costs, a miss still learns
+                tracking_ang_vel_fine=0.0,  # the same with σ_ang_vel_fine (sharp); off unless a run asks for it
                 survival=0.25,          # 1 per step alive
                 base_height=-10.0,      # (h - target)²
                 orientation=-2.0,       # |gravity_xy|² in the body frame

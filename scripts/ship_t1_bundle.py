@@ -12,7 +12,8 @@ global and env steps, wall time to the checkpoint, the CPU model, torch threads 
 precision the run resolved. With `--robust N`, also the robust gate's report over N trials
 (`sim2sim_robust.json`), and the bar a robust bundle must clear: the robust gate passed, every
 mean tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward
-coverage at least 75%. With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
+coverage at least 75%. `--both-sides` plays the step and the turn to the right too, in both
+gates (`sim2sim.both_sides()`). With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
 (scripts/recipe_table.py). Exits 1, shipping nothing, when the gate (or the bar) fails, unless
 `--allow-fail` (then `training.json` says so).
 """
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robust", type=int, default=0, help="robust gate trials (0: none)")
     parser.add_argument("--robust-seed", type=int, default=0)
     parser.add_argument("--margin", type=float, default=robust.SHIPPING_MARGIN, help="nominal errors at most this share of their limits")
+    parser.add_argument("--both-sides", action="store_true",
+                        help="play the sideways step and the turn to the right too (both gates)")
     parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
     args = parser.parse_args(argv)
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     staging = args.out.with_name(args.out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     export_bundle(checkpoint, staging)
-    report = sim2sim.run(sim2sim.load_bundle(staging))
+    segments = sim2sim.both_sides() if args.both_sides else sim2sim.SEGMENTS
+    report = sim2sim.run(sim2sim.load_bundle(staging), segments=segments)
     sim2sim.print_report(report)
     if not report.passed and not args.allow_fail:
         shutil.rmtree(staging)
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
     shortfalls = []
     if args.robust:
-        robust_report = robust.run(sim2sim.load_bundle(staging), trials=args.robust, seed=args.robust_seed)
+        robust_report = robust.run(sim2sim.load_bundle(staging), trials=args.robust, seed=args.robust_seed,
+                                   segments=segments)
         robust.print_report(robust_report)
         (staging / "sim2sim_robust.json").write_text(
             json.dumps(json_safe(robust_report.to_dict()), indent=2, allow_nan=False))
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_model": config.get("resolved", {}).get("cpu") or cpu_model(),  # the run's, else this machine's
         "resolved": config.get("resolved", {}),
         "gate_passed": report.passed,
+        "gate_segments": [name for name, _ in segments],
         "robust": ({"trials": args.robust, "seed": args.robust_seed, "pass_rate": robust_report.robust_pass_rate,
                     "passed": robust_report.passed, "below_the_bar": shortfalls} if args.robust else None),
         "seconds_walked": round(report.seconds_walked, 2),

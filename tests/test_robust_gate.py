@@ -408,3 +408,43 @@ def test_the_shipping_bar_names_each_error_past_its_margin_and_short_coverage():
     failed = SimpleNamespace(passed=False, robust_pass_rate=0.85, min_pass_rate=0.9)
     assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), failed) == ["robust pass rate 85% < 90%"]
     assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), SimpleNamespace(passed=True)) == []
+
+
+def _t1_shaped_run(run_dir: Path) -> None:
+    """A T1LowDim run folder as the runner leaves one: an untrained checkpoint, config.yaml, metrics."""
+    from envs.protocol import EnvSpec
+    from fast_td3.learner.algorithms.fast_td3 import FastTD3
+    from helpers import tiny_config
+    from sim2real.export import t1_bundle_extras
+
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),
+                      algo=tiny_config(), device="cpu")
+    observation = t1_bundle_extras(cfg)["meta"]["observation"]["size"]
+    spec = EnvSpec(num_envs=2, num_obs=observation, num_critic_obs=None, num_actions=t1.NUM_LEG_JOINTS)
+    agent = FastTD3(cfg.algo, spec, "cpu")
+    ckpt.CheckpointManager(run_dir).save({"global_step": 10, "agent": agent.training_state(), "config": asdict(cfg),
+                                          "env": {"num_envs": 2, "num_obs": observation, "num_critic_obs": None,
+                                                  "num_actions": t1.NUM_LEG_JOINTS}}, 10)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(asdict(cfg)))))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10, "env_steps": 20, "time": 1.0,
+                                                        "eval/return_mean": 0.5, "eval/length_mean": 7.0}) + "\n")
+
+
+@pytest.mark.parametrize("both_sides", [False, True])
+def test_ship_t1_bundle_plays_the_right_side_when_asked(tmp_path, both_sides):
+    """scripts/ship_t1_bundle.py's gates play the sequence asked for, and training.json names it (an
+    untrained policy falls at once, so `--allow-fail` ships it, marked failing)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import ship_t1_bundle
+
+    _t1_shaped_run(tmp_path / "run")
+    out = tmp_path / "shipped"
+    argv = [str(tmp_path / "run"), "--step", "10", "--out", str(out), "--robust", "1", "--allow-fail"]
+    assert ship_t1_bundle.main(argv + ["--both-sides"] * both_sides) == 0
+    expected = [name for name, _ in (sim2sim.both_sides() if both_sides else sim2sim.SEGMENTS)]
+    assert ("sideways_mirrored" in expected) == both_sides
+    robust_report = json.loads((out / "sim2sim_robust.json").read_text())
+    assert [name for name, _ in robust_report["segments"]] == expected
+    info = json.loads((out / "training.json").read_text())
+    assert info["gate_segments"] == expected and info["gate_passed"] is False and info["checkpoint_step"] == 10
+    assert {"policy.onnx", "meta.json", "T1.yaml", "curve.png", "metrics.jsonl.gz"} <= {p.name for p in out.iterdir()}

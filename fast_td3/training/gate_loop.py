@@ -220,14 +220,14 @@ class GateLoop:
         the next `poll()`; best.pt is the recalled best's again; a checkpoint whose verdict never
         came is gated again (the newest such, the others are dropped)."""
         logged = {int(r["step"]) for r in _metrics(self.folder.parent) if "gate/passed" in r}
-        later = [p for p in self.folder.glob("step_*") if _step_of(p) > start_step]
+        later = [p for p in self.folder.glob("step_*") if step_of_file(p) > start_step]
         if later:
             aside = self.folder / f"abandoned_{start_step}"
             aside.mkdir(exist_ok=True)
             for path in later:
                 path.replace(aside / path.name)
         for result in sorted(self.folder.glob("step_*.json")):
-            verdict = read_verdict(result, _step_of(result))
+            verdict = read_verdict(result, step_of_file(result))
             if verdict is None:
                 continue
             if verdict.step not in logged:
@@ -243,7 +243,7 @@ class GateLoop:
             else:
                 self.best = None  # its file is gone: eval return keeps best.pt until the next verdict
         known = {v.step for v in self.verdicts + self._unlogged}
-        unjudged = sorted(_step_of(p) for p in self.folder.glob("step_*.pt") if _step_of(p) not in known)
+        unjudged = sorted(step_of_file(p) for p in self.folder.glob("step_*.pt") if step_of_file(p) not in known)
         for step in unjudged[:-1]:
             self._forget(step)
         if unjudged:
@@ -273,7 +273,8 @@ def read_verdict(path: Path, step: int) -> GateVerdict | None:
     return GateVerdict(step, record["metrics"], eval_return=record.get("eval_return"))
 
 
-def _step_of(path: Path) -> int:
+def step_of_file(path: Path) -> int:
+    """The global step in a gate file's name (`step_<N>.pt`, `.json` or `.log`)."""
     return int(path.name.split(".")[0].split("_")[1])
 
 

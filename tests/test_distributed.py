@@ -168,7 +168,7 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     from fast_td3.training.metrics_log import read_metrics
 
     first = torchrun(*COMMON, "total_steps=40", f"out_dir={tmp_path}")
-    assert first.returncode == 0, first.stderr[-4000:]
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
     (run_dir,) = (tmp_path / "InvertedPendulum-v5").iterdir()
     assert run_dir.name.startswith("torchrun-")
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) == [
@@ -181,7 +181,7 @@ def test_two_ranks_train_evaluate_checkpoint_and_resume(tmp_path):
     assert first.stdout.count("Run folder:") == 1
 
     second = torchrun(f"resume={run_dir}", "total_steps=60")
-    assert second.returncode == 0, second.stderr[-4000:]
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-4000:]
     assert "Resuming" in second.stdout and "global step 40" in second.stdout
     assert (run_dir / "checkpoints" / "step_000000060.pt").exists()
     assert [r["step"] for r in read_metrics(run_dir) if "eval/return_mean" in r] == [20, 40, 60]

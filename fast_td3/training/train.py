@@ -117,6 +117,10 @@ def main(cfg: DictConfig) -> float | None:
     exits = exit_table()
     try:
         train_cfg, final = run_training(cfg, hydra_cfg, run)
+        # Under torchrun no rank tears its process group down while another is still closing its
+        # run (rank 0's last gate and logger): a gloo peer whose connections close under it can
+        # abort at exit ("terminate called without an active exception", seen once in CI).
+        distributed.barrier(run.ranks)
     except tuple(error for errors, _, _ in exits for error in errors) as error:
         code, report = next((code, report) for errors, code, report in exits if isinstance(error, errors))
         report(error, run)

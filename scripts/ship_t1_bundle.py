@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     staging = args.out.with_name(args.out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     export_bundle(checkpoint, staging)
-    segments = sim2sim.both_sides() if args.both_sides else sim2sim.SEGMENTS
+    segments = sim2sim.sequence(args.both_sides)
     report = sim2sim.run(sim2sim.load_bundle(staging), segments=segments)
     sim2sim.print_report(report)
     if not report.passed and not args.allow_fail:

@@ -49,7 +49,7 @@ def cli(argv: list[str] | None = None) -> None:
         if negative:
             raise BundleError(f"{', '.join(negative)} must be a number >= 0")
         robust_mode = _flag(options, "robust")
-        segments = sim2sim.both_sides() if _flag(options, "both_sides") else sim2sim.SEGMENTS
+        segments = sim2sim.sequence(_flag(options, "both_sides"))
         if not robust_mode and set(options) & set(robust.OPTIONS) - {"robust"}:
             raise BundleError(f"{sorted(set(options) & set(robust.OPTIONS) - {'robust'})} apply to the robust gate: "
                               "add robust=true")

@@ -62,7 +62,7 @@ def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]
     ranges = robust.ranges_from_options(options)
     trials, seconds = int(options.get("trials", 10)), float(options.get("seconds", 10.0))
     seed, min_pass_rate = int(options.get("seed", 0)), float(options.get("min_pass_rate", robust.MIN_PASS_RATE))
-    segments = sim2sim.both_sides() if options.get("both_sides", "false").lower() == "true" else sim2sim.SEGMENTS
+    segments = sim2sim.sequence(options.get("both_sides", "false").lower() == "true")
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="gate-"))
     try:

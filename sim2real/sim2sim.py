@@ -55,6 +55,11 @@ def both_sides(segments=SEGMENTS) -> tuple:
     left turn, and a policy can learn one side of a skill far better than the other."""
     mirrored = tuple((f"{name}_mirrored", (vx, 0.0 - vy, 0.0 - wz)) for name, (vx, vy, wz) in segments if vy or wz)
     return tuple(segments) + mirrored
+
+
+def sequence(both: bool) -> tuple:
+    """The joystick sequence a gate plays: `both_sides()` when asked for, else `SEGMENTS`."""
+    return both_sides() if both else SEGMENTS
 SETTLE_SECONDS = 2.0
 """Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s), and the
 same time after each push of a robust trial (the robot recovers, then tracks again)."""

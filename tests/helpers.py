@@ -93,6 +93,30 @@ def tiny_train_config(total_steps=30, seed=0, num_envs=4, **algo_overrides):
     )
 
 
+def save_untrained_t1_checkpoint(run_dir: Path, step: int):
+    """An untrained T1LowDim FastTD3 checkpoint in `run_dir`, saved the way the runner saves one.
+
+    Returns its TrainConfig. For the export and shipping code, which only need the checkpoint's
+    shapes and config, not a walking policy (training one takes an hour)."""
+    from dataclasses import asdict
+
+    from envs.protocol import EnvSpec
+    from fast_td3.learner.algorithms.fast_td3 import FastTD3
+    from fast_td3.training import checkpoint
+    from fast_td3.training.config import EnvConfig, TrainConfig
+    from sim2real.export import t1_bundle_extras
+
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),
+                      algo=tiny_config(), device="cpu")
+    meta = t1_bundle_extras(cfg)["meta"]
+    shapes = {"num_envs": 2, "num_obs": meta["observation"]["size"], "num_critic_obs": None,
+              "num_actions": meta["action"]["size"]}
+    agent = FastTD3(cfg.algo, EnvSpec(**shapes), "cpu")
+    state = {"global_step": step, "agent": agent.training_state(), "config": asdict(cfg), "env": shapes}
+    checkpoint.CheckpointManager(run_dir).save(state, step)
+    return cfg
+
+
 def make_runner(cfg, run_dir, eval_env=True):
     """A Runner over real gymnasium envs built the way `fast-td3-train` builds them."""
     from envs.gymnasium import GymnasiumVecEnv

@@ -277,21 +277,11 @@ def test_cli_help_and_bad_arguments(capsys):
 
 def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
     """`sim2real.export.t1_bundle_extras` itself, on a checkpoint saved the way the runner saves one."""
-    from dataclasses import asdict
+    from helpers import save_untrained_t1_checkpoint
 
-    from envs.protocol import EnvSpec
-    from fast_td3.learner.algorithms.fast_td3 import FastTD3
-    from fast_td3.training.config import EnvConfig, TrainConfig
-    from helpers import tiny_config
-
-    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),
-                      algo=tiny_config(), device="cpu")
+    cfg = save_untrained_t1_checkpoint(tmp_path / "run", 123)
     expected = sim2real.export.t1_bundle_extras(cfg)
     num_obs, num_actions = expected["meta"]["observation"]["size"], expected["meta"]["action"]["size"]
-    agent = FastTD3(cfg.algo, EnvSpec(num_envs=2, num_obs=num_obs, num_critic_obs=None, num_actions=num_actions), "cpu")
-    state = {"global_step": 123, "agent": agent.training_state(), "config": asdict(cfg),
-             "env": {"num_envs": 2, "num_obs": num_obs, "num_critic_obs": None, "num_actions": num_actions}}
-    ckpt.CheckpointManager(tmp_path / "run").save(state, 123)
     out = export_bundle(tmp_path / "run", tmp_path / "bundle")
     meta = json.loads((out / "meta.json").read_text())
     assert meta["deploy"] == json.loads(json.dumps(expected["meta"]))

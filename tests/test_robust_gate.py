@@ -412,19 +412,9 @@ def test_the_shipping_bar_names_each_error_past_its_margin_and_short_coverage():
 
 def _t1_shaped_run(run_dir: Path) -> None:
     """A T1LowDim run folder as the runner leaves one: an untrained checkpoint, config.yaml, metrics."""
-    from envs.protocol import EnvSpec
-    from fast_td3.learner.algorithms.fast_td3 import FastTD3
-    from helpers import tiny_config
-    from sim2real.export import t1_bundle_extras
+    from helpers import save_untrained_t1_checkpoint
 
-    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain", num_envs=2),
-                      algo=tiny_config(), device="cpu")
-    observation = t1_bundle_extras(cfg)["meta"]["observation"]["size"]
-    spec = EnvSpec(num_envs=2, num_obs=observation, num_critic_obs=None, num_actions=t1.NUM_LEG_JOINTS)
-    agent = FastTD3(cfg.algo, spec, "cpu")
-    ckpt.CheckpointManager(run_dir).save({"global_step": 10, "agent": agent.training_state(), "config": asdict(cfg),
-                                          "env": {"num_envs": 2, "num_obs": observation, "num_critic_obs": None,
-                                                  "num_actions": t1.NUM_LEG_JOINTS}}, 10)
+    cfg = save_untrained_t1_checkpoint(run_dir, 10)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(asdict(cfg)))))
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10, "env_steps": 20, "time": 1.0,
                                                         "eval/return_mean": 0.5, "eval/length_mean": 7.0}) + "\n")

@@ -148,6 +148,71 @@ def test_noise_and_pushes_are_switches():
     assert 0.05 < kick < 1.5
 
 
+def curriculum(**options) -> dict:
+    return {"push_config": {"curriculum": {"enable": True, **options}}}
+
+
+def test_push_curriculum_moves_its_level_on_how_long_episodes_lasted():
+    """Known answers: up a step at or above raise_above, down below lower_below, unmoved between,
+    clamped to [0, 1]."""
+    level = t1_lowdim.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.25)
+    level.episodes_ended(np.array([1.0, 0.6]))  # mean 0.8: up
+    assert level.level == 0.25
+    level.episodes_ended(np.array([0.7]))
+    assert level.level == 0.25
+    level.episodes_ended(np.array([0.2, 0.6]))  # mean 0.4: down
+    assert level.level == 0.0
+    level.episodes_ended(np.array([0.1]))
+    assert level.level == 0.0
+    for _ in range(6):
+        level.episodes_ended(np.array([1.0]))
+    assert level.level == 1.0
+    with pytest.raises(ValueError, match="lower_below"):
+        t1_lowdim.PushCurriculum(start=0.0, raise_above=0.4, lower_below=0.5, step=0.1)
+    with pytest.raises(ValueError, match="step"):
+        t1_lowdim.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.0)
+    assert t1_lowdim.PushCurriculum.from_config(t1_lowdim.default_config().push_config) is None  # off by default
+
+
+def test_push_curriculum_scales_the_kick_by_its_level():
+    """The kick is the drawn one times the level (the random draws are the same at any level)."""
+    kicks = {}
+    for start in (1.0, 0.5, 0.0):
+        env = native(3, 4, push=True, config_overrides={"noise_config": {"level": 0.0}, **curriculum(start=start)})
+        env.reset()
+        env.info["push_steps"][:] = 1  # every step is a push step
+        before = env._qvel[:, :2].copy()
+        env._push()
+        kicks[start] = env._qvel[:, :2] - before
+    assert np.abs(kicks[1.0]).max() > 0.05
+    np.testing.assert_allclose(kicks[0.5], 0.5 * kicks[1.0], atol=1e-12)
+    np.testing.assert_array_equal(kicks[0.0], 0.0)
+
+
+def test_push_curriculum_climbs_as_episodes_time_out_and_reports_its_level():
+    """Three-step episodes that all time out: each end raises the level one step; the episode
+    metric carries the level each episode ended at."""
+    env = native(2, 0, push=True, max_episode_steps=3,
+                 config_overrides={"noise_config": {"level": 0.0}, **curriculum(start=0.0, step=0.25)})
+    env.reset()
+    zero, ended_at = torch.zeros(2, 12), []
+    for _ in range(9):
+        _, _, dones, extras = env.step(zero)
+        if dones.any():
+            assert dones.all()  # nobody falls in three steps of the default pose
+            ended_at.append(extras["episode"][t1_lowdim.PUSH_SCALE_METRIC].tolist())
+    assert ended_at == [[0.0, 0.0], [0.25, 0.25], [0.5, 0.5]]
+    assert env.push_curriculum.level == 0.75
+    plain = native(2, 0)
+    plain.reset()
+    assert t1_lowdim.PUSH_SCALE_METRIC not in plain.step(zero)[3]["episode"]  # off: no metric
+
+
+def test_push_curriculum_on_mjx_says_it_is_native_only():
+    with pytest.raises(EnvOptionError, match="native backend only"):
+        make_env("playground", TASK, 2, 0, torch.device("cpu"), backend="mjx", config_overrides=curriculum())
+
+
 def test_domain_randomisation_varies_each_switched_on_kind_per_env():
     gate = perturbations.PerturbationRanges()  # training draws from the robust gate's ranges
     env = native(8, 0, domain_randomization=True)

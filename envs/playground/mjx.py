@@ -278,6 +278,9 @@ class PlaygroundVecEnv:
         if domain_randomization and config.get("randomization", {}).get("redraw_each_episode", False):
             raise EnvOptionError("randomization.redraw_each_episode=true runs on the native backend only "
                                  "(env.options.backend=native); on MJX each env keeps its one draw for the run")
+        if (config.get("push_config", {}).get("curriculum", {}) or {}).get("enable", False):
+            raise EnvOptionError("push_config.curriculum.enable=true runs on the native backend only "
+                                 "(env.options.backend=native); on MJX the kicks keep magnitude_range throughout")
         if domain_randomization:
             with jax.default_device(self._jax_device):
                 dr_keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD0), self.num_envs)

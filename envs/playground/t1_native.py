@@ -146,6 +146,7 @@ class T1NativeVecEnv:
         self.resolved_options = {"backend": "native"}
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._rng = np.random.default_rng(derive_env_seeds(self.seed, self.num_envs))
+        self.push_curriculum = t1_lowdim.PushCurriculum.from_config(config.push_config)
         self.info: dict[str, np.ndarray] = {}
         self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
         self._obs: tuple[np.ndarray, np.ndarray] | None = None
@@ -207,6 +208,11 @@ class T1NativeVecEnv:
         sums = torch.from_numpy(self._sums.astype(np.float32)).to(self.device)
         actor, critic = final_actor, final_critic
         finished = np.flatnonzero(dones)
+        episode = dict(zip(self.episode_metrics, sums.unbind(0)))
+        if self.push_curriculum is not None:  # the level each episode ended at, then its move
+            episode[t1_lowdim.PUSH_SCALE_METRIC] = torch.full((self.num_envs,), self.push_curriculum.level, device=self.device)
+            if finished.size:
+                self.push_curriculum.episodes_ended(info["step"][finished] / self.max_episode_steps)
         if finished.size:  # same-step reset: the finished envs' observations become their reset ones
             actor, critic = final_actor.copy(), final_critic.copy()
             actor[finished], critic[finished] = self._reset_envs(finished)
@@ -215,7 +221,7 @@ class T1NativeVecEnv:
         obs = self._tensor(actor)
         extras = step_extras(obs, self._tensor(final_actor), torch.from_numpy(time_outs).to(self.device),
                              critic_obs=self._tensor(critic), final_critic_obs=self._tensor(final_critic),
-                             episode=dict(zip(self.episode_metrics, sums.unbind(0))))
+                             episode=episode)
         extras["reward_terms"] = scaled
         return (obs, torch.from_numpy(rewards.astype(np.float32)).to(self.device),
                 torch.from_numpy(dones).to(self.device), extras)
@@ -348,6 +354,8 @@ class T1NativeVecEnv:
         size = self._rng.uniform(*push.magnitude_range, self.num_envs)
         if not push.enable:
             return
+        if self.push_curriculum is not None:
+            size = size * self.push_curriculum.level
         now = (info["step"] + 1) % info["push_steps"] == 0
         if now.any():
             kick = np.stack([np.cos(angle), np.sin(angle)], axis=-1) * size[:, None]

@@ -18,7 +18,7 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs.playground import t1_lowdim, t1_mjx  # noqa: E402
+from envs.playground import push_curriculum, t1_lowdim, t1_mjx  # noqa: E402
 from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
@@ -155,7 +155,7 @@ def curriculum(**options) -> dict:
 def test_push_curriculum_moves_its_level_on_how_long_episodes_lasted():
     """Known answers: up a step at or above raise_above, down below lower_below, unmoved between,
     clamped to [0, 1]."""
-    level = t1_lowdim.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.25)
+    level = push_curriculum.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.25)
     level.episodes_ended(np.array([1.0, 0.6]))  # mean 0.8: up
     assert level.level == 0.25
     level.episodes_ended(np.array([0.7]))
@@ -168,10 +168,10 @@ def test_push_curriculum_moves_its_level_on_how_long_episodes_lasted():
         level.episodes_ended(np.array([1.0]))
     assert level.level == 1.0
     with pytest.raises(ValueError, match="lower_below"):
-        t1_lowdim.PushCurriculum(start=0.0, raise_above=0.4, lower_below=0.5, step=0.1)
+        push_curriculum.PushCurriculum(start=0.0, raise_above=0.4, lower_below=0.5, step=0.1)
     with pytest.raises(ValueError, match="step"):
-        t1_lowdim.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.0)
-    assert t1_lowdim.PushCurriculum.from_config(t1_lowdim.default_config().push_config) is None  # off by default
+        push_curriculum.PushCurriculum(start=0.0, raise_above=0.8, lower_below=0.5, step=0.0)
+    assert push_curriculum.PushCurriculum.from_config(t1_lowdim.default_config().push_config) is None  # off by default
 
 
 def test_push_curriculum_scales_the_kick_by_its_level():
@@ -200,12 +200,12 @@ def test_push_curriculum_climbs_as_episodes_time_out_and_reports_its_level():
         _, _, dones, extras = env.step(zero)
         if dones.any():
             assert dones.all()  # nobody falls in three steps of the default pose
-            ended_at.append(extras["episode"][t1_lowdim.PUSH_SCALE_METRIC].tolist())
+            ended_at.append(extras["episode"][push_curriculum.PUSH_SCALE_METRIC].tolist())
     assert ended_at == [[0.0, 0.0], [0.25, 0.25], [0.5, 0.5]]
     assert env.push_curriculum.level == 0.75
     plain = native(2, 0)
     plain.reset()
-    assert t1_lowdim.PUSH_SCALE_METRIC not in plain.step(zero)[3]["episode"]  # off: no metric
+    assert push_curriculum.PUSH_SCALE_METRIC not in plain.step(zero)[3]["episode"]  # off: no metric
 
 
 def test_push_curriculum_on_mjx_says_it_is_native_only():

@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 import torch
 
-from envs.playground import t1_lowdim
+from envs.playground import push_curriculum, t1_lowdim
 from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError
 from sim2real import t1
@@ -146,7 +146,7 @@ class T1NativeVecEnv:
         self.resolved_options = {"backend": "native"}
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
         self._rng = np.random.default_rng(derive_env_seeds(self.seed, self.num_envs))
-        self.push_curriculum = t1_lowdim.PushCurriculum.from_config(config.push_config)
+        self.push_curriculum = push_curriculum.PushCurriculum.from_config(config.push_config)
         self.info: dict[str, np.ndarray] = {}
         self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
         self._obs: tuple[np.ndarray, np.ndarray] | None = None
@@ -210,7 +210,7 @@ class T1NativeVecEnv:
         finished = np.flatnonzero(dones)
         episode = dict(zip(self.episode_metrics, sums.unbind(0)))
         if self.push_curriculum is not None:  # the level each episode ended at, then its move
-            episode[t1_lowdim.PUSH_SCALE_METRIC] = torch.full((self.num_envs,), self.push_curriculum.level, device=self.device)
+            episode[push_curriculum.PUSH_SCALE_METRIC] = torch.full_like(sums[0], self.push_curriculum.level)
             if finished.size:
                 self.push_curriculum.episodes_ended(info["step"][finished] / self.max_episode_steps)
         if finished.size:  # same-step reset: the finished envs' observations become their reset ones

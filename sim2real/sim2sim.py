@@ -60,6 +60,8 @@ def both_sides(segments=SEGMENTS) -> tuple:
 def sequence(both: bool) -> tuple:
     """The joystick sequence a gate plays: `both_sides()` when asked for, else `SEGMENTS`."""
     return both_sides() if both else SEGMENTS
+
+
 SETTLE_SECONDS = 2.0
 """Tracking errors skip the first seconds of a segment (the command ramps at 1 unit/s), and the
 same time after each push of a robust trial (the robot recovers, then tracks again)."""

@@ -1,15 +1,14 @@
 """The Booster T1 deployment contract, written once for training, export, sim-to-sim and the robot.
 
-Booster's deploy code feeds a TorchScript policy a float32 `[1, 47]` observation at 50 Hz
-and turns its `[1, 12]` output (clipped to ±1) into position targets
-`default + action_scale * a` for the 12 leg joints, tracked by the motor drivers' PD
-loop at 500 Hz. Everything both sides must agree on lives here, as plain data and as
-functions generic over the array module (`numpy`, `jax.numpy`): the joint table in SDK
-order, the observation layout and scales, the gait-phase convention (including
-standing), command smoothing and the control settings (gains, torque limits, default
-pose, action scale, rates). The training env (`envs/playground/t1_lowdim.py`), the exported
-bundle (`sim2real/export.py`), the sim-to-sim gate (`sim2real/sim2sim.py`) and the
-deploy-path emulation (`sim2real/deploy.py`) all call these; none re-derives them.
+Booster's deploy code feeds a TorchScript policy a float32 `[1, 47]` observation at 50 Hz and turns its
+`[1, 12]` output (clipped to ±1) into position targets `default + action_scale * a` for the 12 leg joints,
+tracked by the motor drivers' PD loop at 500 Hz. Everything both sides must agree on lives here, as plain
+data and as functions generic over the array module (`numpy`, `jax.numpy`): the joint table in SDK order,
+the observation layout and scales, the gait-phase convention (including standing), command smoothing and
+the control settings (gains, torque limits, default pose, action scale, rates). The training env
+(`envs/playground/t1_lowdim.py`), the exported bundle (`sim2real/export.py`), the sim-to-sim gate
+(`sim2real/sim2sim.py`) and the deploy-path emulation (`sim2real/deploy.py`) all call these; none
+re-derives them.
 """
 
 from __future__ import annotations
@@ -352,6 +351,9 @@ class CommandSpec:
     turn_probability: float = 0.0
     """Chance that a (walking) sampled command is a turn in place, `(0, 0, yaw rate)`: drawn
     jointly and uniformly, vx and vy are almost never both near zero while the robot turns."""
+    strafe_probability: float = 0.0
+    """Chance that a (walking) sampled command is a sideways walk, `(0, vy, 0)`: for the same
+    reason, vx and the yaw rate are almost never both near zero while it steps sideways."""
     resample_seconds: float = 10.0
     gait_frequency: tuple[float, float] = (1.0, 1.5)
     """Training samples one gait frequency per episode from this range [Hz]."""
@@ -359,13 +361,21 @@ class CommandSpec:
     """The single frequency the deploy configuration runs; must lie in `gait_frequency`."""
 
     def check(self) -> None:
-        for name in ("standing_probability", "turn_probability"):
+        for name in ("standing_probability", "turn_probability", "strafe_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"commands.{name} must be a probability in [0, 1], got {getattr(self, name)}")
+        if self.turn_probability + self.strafe_probability > 1.0:
+            raise ValueError("commands.turn_probability + strafe_probability > 1: they share one draw")
         low, high = self.gait_frequency
         if not low <= self.deploy_gait_frequency <= high:
             raise ValueError(f"deploy_gait_frequency {self.deploy_gait_frequency} Hz lies outside the training range "
                              f"{list(self.gait_frequency)} Hz: the robot would walk at a frequency the policy never saw")
+
+    def one_axis(self, xp, command, u):
+        """`command` a turn in place where its draw `u` ~ U[0, 1) < turn_probability, a sideways walk
+        where `u` falls in the next strafe_probability, so never both (`xp`: numpy or jax.numpy)."""
+        turn, turn_or_strafe = u < self.turn_probability, u < self.turn_probability + self.strafe_probability
+        return command * xp.stack([~turn_or_strafe, ~turn, turn | ~turn_or_strafe], axis=-1)
 
 
 @dataclass(frozen=True)

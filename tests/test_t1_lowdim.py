@@ -521,7 +521,8 @@ def test_train_export_sim2sim_end_to_end(tmp_path, capsys, backend):
 @pytest.mark.slow  # two cold JAX compiles of the MJX env's step (a few minutes on 2 cores)
 def test_mjx_action_delay_and_turns_in_place():
     """The MJX env's action delay holds the PD loop one step behind, as the native env's does
-    (tests/test_t1_native.py), and turn_probability=1 draws only turns in place."""
+    (tests/test_t1_native.py), turn_probability=1 draws only turns in place and strafe_probability=1
+    only sideways walks."""
     import jax
     import jax.numpy as jnp
 
@@ -552,5 +553,9 @@ def test_mjx_action_delay_and_turns_in_place():
     commands = np.asarray(jax.jit(jax.vmap(mixed.sample_command))(jax.random.split(key, 4000)))
     turns = ~commands[:, :2].any(axis=1)
     assert 0.17 < turns.mean() < 0.23
+    strafing = t1_mjx.T1LowDimJoystick("flat", config_overrides={"commands.strafe_probability": 1.0,
+                                                                 "commands.standing_probability": 0.0})
+    strafes = np.asarray(jax.vmap(strafing.sample_command)(jax.random.split(key, 64)))
+    assert not strafes[:, 0::2].any() and (np.abs(strafes[:, 1]) > 0).all()
     vy = commands[~turns, 1]  # the turn's draw is its own: walking commands keep vy's whole range
     assert vy.min() < -0.45 and vy.max() > 0.45 and abs(np.mean(vy < 0) - 0.5) < 0.03

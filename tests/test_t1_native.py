@@ -8,6 +8,7 @@ The native env builds in seconds and needs no JIT compile, so all but the MJX co
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -659,3 +660,25 @@ def test_turn_probability_makes_turns_in_place():
     assert plain._sample_commands(8)[:, :2].all()  # off by default: vx, vy drawn jointly
     with pytest.raises(ValueError, match="turn_probability"):
         native(2, 0, config_overrides={"commands": {"turn_probability": 1.5}})
+
+
+def test_strafe_probability_makes_sideways_walks_apart_from_turns():
+    strafing = native(256, 0, config_overrides={"commands": {"strafe_probability": 1.0, "standing_probability": 0.0}})
+    command = strafing._sample_commands(256)
+    assert not command[:, 0::2].any() and (np.abs(command[:, 1]) > 0).all()
+    both = native(8, 0, config_overrides={"commands": {"turn_probability": 0.3, "strafe_probability": 0.2,
+                                                       "standing_probability": 0.0}})
+    command = both._sample_commands(8000)
+    turns, strafes = ~command[:, :2].any(axis=1), ~command[:, 0::2].any(axis=1)
+    assert not (turns & strafes).any()  # one draw: a command is a turn, a strafe or neither
+    assert 0.27 < turns.mean() < 0.33 and 0.17 < strafes.mean() < 0.23
+    walking = command[~(turns | strafes)]
+    assert (walking != 0).all()  # the rest keep all three axes
+    turning = native(8, 0, config_overrides={"commands": {"turn_probability": 0.3}})
+    rng = copy.deepcopy(turning._rng)  # strafes off: the commands turns alone drew before strafes existed
+    expected = np.stack([rng.uniform(-1, 1, 500), rng.uniform(-0.5, 0.5, 500), rng.uniform(-1, 1, 500)], axis=-1)
+    expected = np.where((rng.random(500) < 0.1)[:, None], 0.0, expected)
+    expected[:, :2] *= (rng.random(500) >= 0.3)[:, None]
+    np.testing.assert_array_equal(turning._sample_commands(500), expected)
+    with pytest.raises(ValueError, match="they share one draw"):
+        native(2, 0, config_overrides={"commands": {"turn_probability": 0.6, "strafe_probability": 0.5}})

@@ -80,9 +80,8 @@ class T1LowDimJoystick(MjxEnv):
             jax.random.uniform(keys[2], minval=c.ang_vel_yaw[0], maxval=c.ang_vel_yaw[1]),
         ])
         command = jnp.where(jax.random.bernoulli(keys[3], c.standing_probability), jnp.zeros(3), command)
-        if c.turn_probability > 0:  # drawn only when on: runs without it keep their random streams
-            turn = jax.random.bernoulli(jax.random.fold_in(rng, TURN_STREAM), c.turn_probability)
-            command = command.at[:2].multiply(1.0 - turn)
+        if c.turn_probability > 0 or c.strafe_probability > 0:  # drawn only when on: runs without keep their streams
+            command = c.one_axis(jnp, command, jax.random.uniform(jax.random.fold_in(rng, TURN_STREAM)))
         return command
 
     # -- reset / step

@@ -290,8 +290,8 @@ class T1NativeVecEnv:
         command = np.stack([rng.uniform(*c.lin_vel_x, n), rng.uniform(*c.lin_vel_y, n),
                             rng.uniform(*c.ang_vel_yaw, n)], axis=-1)
         command = np.where((rng.random(n) < c.standing_probability)[:, None], 0.0, command)
-        if c.turn_probability > 0:  # drawn only when on: runs without it keep their random streams
-            command[:, :2] *= (rng.random(n) >= c.turn_probability)[:, None]
+        if c.turn_probability > 0 or c.strafe_probability > 0:  # drawn only when on: runs without keep their streams
+            command = c.one_axis(np, command, rng.random(n))
         return command
 
     def _reset_envs(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ from typing import Any
 
 
 def metrics_of(report) -> dict[str, float]:
-    """The `gate/*` metrics of a robust report: verdicts, pass rate and the nominal tracking errors."""
+    """The `gate/*` metrics of a robust report: verdicts, pass rate, the nominal tracking errors and
+    how much of each commanded walk was covered (a slow sideways walk shows there first)."""
     metrics = {"gate/passed": float(report.passed), "gate/nominal_passed": float(report.nominal.passed),
                "gate/robust_pass_rate": report.robust_pass_rate if report.trials else float(report.nominal.passed),
                "gate/seconds_walked": report.nominal.seconds_walked, "gate/trials": float(len(report.trials))}
@@ -32,6 +33,8 @@ def metrics_of(report) -> dict[str, float]:
         if segment.moving:
             metrics[f"gate/{segment.name}/lin_vel_error"] = segment.lin_vel_error
             metrics[f"gate/{segment.name}/yaw_rate_error"] = segment.yaw_rate_error
+        if segment.coverage == segment.coverage:  # not NaN: a segment with a linear command
+            metrics[f"gate/{segment.name}/coverage"] = segment.coverage
     for key, value in report.tracking_errors().items():
         metrics[f"gate/robust/{key}"] = value
     return metrics

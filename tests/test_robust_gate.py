@@ -410,6 +410,25 @@ def test_the_shipping_bar_names_each_error_past_its_margin_and_short_coverage():
     assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), SimpleNamespace(passed=True)) == []
 
 
+def test_the_gate_metrics_hold_each_walks_coverage():
+    """`gate/<segment>/coverage` is distance over commanded distance for the segments with a linear
+    command, and absent for standing and turning in place, where nothing is commanded to cover."""
+    from sim2real.gate_job import metrics_of
+    from sim2real.sim2sim import SegmentReport, Sim2SimReport
+
+    nominal = Sim2SimReport("b", True, [], segments=[
+        SegmentReport("stand", [0.0, 0.0, 0.0], 20.0, distance=0.01),
+        SegmentReport("forward", [0.5, 0.0, 0.0], 20.0, distance=7.5, commanded_distance=10.0),
+        SegmentReport("sideways", [0.0, 0.3, 0.0], 20.0, distance=1.8, commanded_distance=6.0, lin_vel_error=0.2),
+        SegmentReport("turn", [0.0, 0.0, 0.5], 20.0, distance=0.3)])
+    report = robust.RobustReport("b", nominal, seed=0, ranges=NOMINAL)
+    metrics = metrics_of(report)
+    assert metrics["gate/forward/coverage"] == 0.75
+    assert metrics["gate/sideways/coverage"] == pytest.approx(0.3) and metrics["gate/sideways/lin_vel_error"] == 0.2
+    assert "gate/turn/coverage" not in metrics and "gate/stand/coverage" not in metrics
+    assert "gate/turn/yaw_rate_error" in metrics
+
+
 def _t1_shaped_run(run_dir: Path) -> None:
     """A T1LowDim run folder as the runner leaves one: an untrained checkpoint, config.yaml, metrics."""
     from helpers import save_untrained_t1_checkpoint

@@ -132,6 +132,24 @@ def test_the_yaw_terms_have_their_own_sigmas():
     np.testing.assert_array_equal(eb["reward_terms"]["tracking_lin_vel"], ea["reward_terms"]["tracking_lin_vel"])
 
 
+def test_the_planar_terms_have_their_own_sigmas():
+    """The planar velocity's sharp term (σ 0.0625) is the broad term (σ 0.25) to the fourth
+    power on the same step, its σ is its own (`reward_config.tracking_sigma_lin_vel_fine`), and
+    it is off at its default scale; the yaw terms are left alone."""
+    both = {"reward_scales": {"tracking_lin_vel_fine": 1.0}}
+    as_broad = {"config_overrides": QUIET["config_overrides"] | {"reward_config": {"tracking_sigma_lin_vel_fine": 0.25}}}
+    a, b, c = native(seed=3, **both), native(seed=3, **both, **as_broad), native(seed=3)
+    a.reset(), b.reset(), c.reset()
+    twist = torch.full((2, 12), 0.3)
+    (_, _, _, ea), (_, _, _, eb), (_, _, _, ec) = a.step(twist), b.step(twist), c.step(twist)
+    broad = ea["reward_terms"]["tracking_lin_vel"]  # the task's scale is 1
+    assert (broad < 0.99).all()  # a real velocity error, or the powers could not differ
+    np.testing.assert_allclose(ea["reward_terms"]["tracking_lin_vel_fine"], broad ** 4, rtol=1e-9)
+    np.testing.assert_allclose(eb["reward_terms"]["tracking_lin_vel_fine"], broad, rtol=1e-9)
+    assert (ec["reward_terms"]["tracking_lin_vel_fine"] == 0).all()  # scale 0: off unless asked for
+    np.testing.assert_array_equal(ec["reward_terms"]["tracking_ang_vel"], ea["reward_terms"]["tracking_ang_vel"])
+
+
 def test_noise_and_pushes_are_switches():
     noisy = T1NativeVecEnv(TASK, 2, seed=0, push=False)
     obs, extras = noisy.reset()
@@ -348,7 +366,7 @@ STEP_TOLERANCE = {
 }
 TERM_TOLERANCE = {  # scaled terms (before x dt)
     "tracking_lin_vel": 0.08, "tracking_ang_vel": 0.5,  # [0.036, 0.28]
-    "tracking_ang_vel_fine": 1e-6,  # off at these scales (its default 0): both backends must give 0
+    "tracking_ang_vel_fine": 1e-6, "tracking_lin_vel_fine": 1e-6,  # off at these scales (default 0): both must give 0
     "base_height": 5e-4, "orientation": 0.04,  # [2e-4, 0.02]
     "lin_vel_z": 0.015, "ang_vel_xy": 0.8, "torques": 2.0, "energy": 0.01,  # [7e-3, 0.37, 1.1 (of 8.5), 4.7e-3]
     "feet_slip": 0.07, "feet_swing": 1e-6,  # where the contacts agree [0.033, 0]

@@ -69,6 +69,7 @@ def default_config() -> config_dict.ConfigDict:
         reward_config=config_dict.create(
             scales=config_dict.create(
                 tracking_lin_vel=1.0,   # exp(-|cmd_xy - v_xy|² / σ)
+                tracking_lin_vel_fine=0.0,  # the same with σ_lin_vel_fine (sharp); off unless a run asks for it
                 tracking_ang_vel=0.5,   # exp(-(cmd_wz - ω_z)² / σ_ang_vel)
                 tracking_ang_vel_fine=0.0,  # the same with σ_ang_vel_fine (sharp); off unless a run asks for it
                 survival=0.25,          # 1 per step alive
@@ -88,6 +89,8 @@ def default_config() -> config_dict.ConfigDict:
                 termination=-1.0,       # 1 on a fall
             ),
             tracking_sigma=0.25,
+            # at 0.25, a sideways walk at a third of its 0.3 m/s command keeps ~85% of the term; at 0.0625, ~half
+            tracking_sigma_lin_vel_fine=0.0625,
             # the yaw-rate term's own σ: at 0.25, a forward walk that drifts 0.18 rad/s keeps 88%
             # of the term and walks a circle. A σ of 0.0625 alone made the drift cost but left a
             # robot that does not turn nearly nothing to climb (exp(-4)): two seeds had not learnt
@@ -374,10 +377,11 @@ def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_t
     joints = qpos[..., 7:]
     beyond = xp.clip(index.soft_lower - joints, 0.0, None) + xp.clip(joints - index.soft_upper, 0.0, None)
     height = qpos[..., 2]
+    planar_error2 = xp.sum(xp.square(command[..., :2] - local_vel[..., :2]), axis=-1)
     yaw_error2 = xp.square(command[..., 2] - gyro[..., 2])
     return {
-        "tracking_lin_vel": xp.exp(-xp.sum(xp.square(command[..., :2] - local_vel[..., :2]), axis=-1)
-                                   / cfg.tracking_sigma),
+        "tracking_lin_vel": xp.exp(-planar_error2 / cfg.tracking_sigma),
+        "tracking_lin_vel_fine": xp.exp(-planar_error2 / cfg.tracking_sigma_lin_vel_fine),
         "tracking_ang_vel": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel),
         "tracking_ang_vel_fine": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel_fine),
         "survival": xp.ones_like(height),

@@ -80,7 +80,8 @@ def _finish(plt, fig, axes, titles, path: Path, fontsize: float | None = None) -
 
 GATE_PLOTS = (("gate/robust_pass_rate", "gate: robust pass rate"), ("gate/passed", "gate: passed (1) or not (0)"),
               ("gate/turn/yaw_rate_error", "gate: turn yaw-rate error [rad/s]"),
-              ("gate/forward/lin_vel_error", "gate: forward planar-velocity error [m/s]"))
+              ("gate/forward/lin_vel_error", "gate: forward planar-velocity error [m/s]"),
+              ("gate/sideways/coverage", "gate: sideways walk, share covered"))
 """The deploy gate's verdicts while training (`gate.interval`), one panel each."""
 
 

@@ -46,6 +46,24 @@ def test_manager_keeps_the_newest_and_points_at_the_latest(tmp_path):
     assert manager.latest().name == "step_000000015.pt"
 
 
+def test_only_the_newest_checkpoint_keeps_the_replay_buffer(tmp_path):
+    """save_buffer with many kept checkpoints (the gate's runs keep 100): one buffer on disk."""
+    manager = ckpt.CheckpointManager(tmp_path, keep=10)
+    for step in (10, 20, 30):
+        manager.save(state_of(step, buffer={"x": torch.full((1000,), float(step))}), step)
+    held = {ckpt.step_of(p): "buffer" in ckpt.load(p) for p in manager.all()}
+    assert held == {10: False, 20: False, 30: True}
+    assert torch.equal(ckpt.load(manager.latest())["buffer"]["x"], torch.full((1000,), 30.0))
+    assert ckpt.load(manager.all()[0])["global_step"] == 10  # the rest of an older one is intact
+    # a resumed process (a new manager) frees the buffer the previous process left in its newest
+    resumed = ckpt.CheckpointManager(tmp_path, keep=10)
+    resumed.save(state_of(40, buffer={"x": torch.zeros(1000)}), 40)
+    assert ["buffer" in ckpt.load(p) for p in resumed.all()] == [False, False, False, True]
+    # a checkpoint without a buffer (save_buffer=false) leaves the others as they are
+    resumed.save(state_of(50), 50)
+    assert ["buffer" in ckpt.load(p) for p in resumed.all()] == [False, False, False, True, False]
+
+
 def test_a_kill_between_the_checkpoint_and_its_pointer_leaves_latest_and_resume_agreeing(tmp_path):
     """SIGKILL after the rename of step 20 into place but before the pointer is rewritten: the
     pointer still names step 10; latest() and a resume both take step 20."""

@@ -92,6 +92,25 @@ def test_training_writes_metrics_checkpoints_and_evaluates(tmp_path):
     assert ckpt.CheckpointManager(tmp_path).latest() == files[-1]
 
 
+def test_save_buffer_keeps_the_buffer_in_the_newest_checkpoint_only_and_older_ones_resume(tmp_path):
+    cfg = tiny_train_config(total_steps=30)
+    cfg.save_buffer, cfg.save_interval, cfg.keep_checkpoints = True, 10, 5
+    runner = make_runner(cfg, tmp_path, eval_env=False)
+    runner.train()
+    files = ckpt.CheckpointManager(tmp_path).all()
+    assert [ckpt.step_of(f) for f in files] == [10, 20, 30]
+    assert ["buffer" in ckpt.load(f) for f in files] == [False, False, True]
+    from_newest = make_runner(cfg, tmp_path / "newest", eval_env=False)
+    from_newest.load(files[-1])
+    restored, trained = from_newest.buffer.state_dict(), runner.buffer.state_dict()
+    assert restored["size"] == trained["size"] > 0
+    assert torch.equal(restored["storage"]["observations"], trained["storage"]["observations"])
+    from_older = make_runner(cfg, tmp_path / "older", eval_env=False)
+    from_older.load(files[0])  # its networks and step; the buffer refills
+    assert from_older.global_step == 10 and from_older.buffer.state_dict()["size"] == 0
+    runner.env.close(), from_newest.env.close(), from_older.env.close()
+
+
 def test_checkpoint_round_trip_restores_every_tensor(tmp_path):
     cfg = tiny_train_config(total_steps=12, lr_schedule="cosine", critic_lr_end=1e-5, actor_lr_end=1e-5)
     cfg.save_buffer = True

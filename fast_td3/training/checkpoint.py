@@ -6,6 +6,10 @@ file or the new one, never a torn one. Device work is synchronised before saving
 no tensor is copied to the host while a kernel still writes it. Files are loaded with
 `weights_only=True` (plain tensors, numbers, strings, lists and dicts only).
 
+With `save_buffer`, only the newest `step_<N>.pt` holds the replay buffer: writing the next one
+rewrites the older ones without it (a few MB each), so a run that keeps 100 checkpoints for the
+gate keeps one buffer on disk, not 100. A resume from an older checkpoint refills the buffer.
+
 Besides the rotating `step_<N>.pt` files, `best.pt` holds the checkpoint of the best
 evaluation so far (no replay buffer; never rotated away): what fast-td3-eval, -play and
 -export take from a run folder by default. Resuming always continues from the newest
@@ -41,6 +45,8 @@ FORMAT = 2
 REQUIRED_KEYS = ("global_step", "agent", "env", "config")  # "format" too, except in early checkpoints
 FIXED_KEYS = ("env.suite", "env.task", "seed")
 """Config keys a checkpoint must share with the run that loads it (a resume cannot change them)."""
+BUFFER_KEY = "buffer"
+"""The replay buffer's entry in a `save_buffer` checkpoint (the newest one only)."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -158,6 +164,7 @@ class CheckpointManager:
     def __init__(self, run_dir: Path, keep: int = 3) -> None:
         self.dir = Path(run_dir) / CHECKPOINT_DIR
         self.keep = max(int(keep), 1)
+        self._without_buffer: set[Path] = set()  # older checkpoints already checked for a buffer
 
     def save(self, state: dict[str, Any], step: int) -> Path:
         path = self.dir / f"step_{step:09d}.pt"
@@ -173,7 +180,23 @@ class CheckpointManager:
                                        f"{describe_os_error(error)}; {kept}") from error
         for old in self.all()[: -self.keep]:
             old.unlink(missing_ok=True)
+        if BUFFER_KEY in state:
+            self._drop_older_buffers(path)
         return path
+
+    def _drop_older_buffers(self, newest: Path) -> None:
+        """Rewrite the kept checkpoints older than `newest` without their replay buffer (each is
+        checked once per process; mapped from disk, so the buffer itself is never read)."""
+        for old in self.all():
+            if old == newest or old in self._without_buffer:
+                continue
+            try:
+                state = load(old, mmap=True)
+            except CheckpointError:
+                continue  # a resume sets it aside; nothing to free here
+            if state.pop(BUFFER_KEY, None) is not None:
+                save_atomic(state, old)
+            self._without_buffer.add(old)
 
     def save_best(self, state: dict[str, Any]) -> Path:
         """`best.pt`: the checkpoint of the best evaluation so far, kept whatever the rotation."""

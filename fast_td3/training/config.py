@@ -137,7 +137,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     """Checkpoints kept in <run folder>/checkpoints (>= 1; 2 or more let a resume pass an unreadable newest one)."""
     save_buffer: bool = False
-    """Include the replay buffer in checkpoints (large; a resumed run otherwise refills it)."""
+    """Include the replay buffer in the newest checkpoint (large; older checkpoints drop it when the next is
+    written; a resumed run otherwise refills it)."""
     seed: int = 1
     """Seeds torch, NumPy, Python and (through derived per-env seeds) every env."""
     device: str = "auto"

@@ -248,7 +248,7 @@ class Runner:
                  "rng": rng_state(self.sample_generator), "env": self.spec.record(), "config": config_dict(self.cfg),
                  "best_eval": self.best_eval}
         if self.cfg.save_buffer and with_buffer:
-            state["buffer"] = self.buffer.state_dict()
+            state[ckpt.BUFFER_KEY] = self.buffer.state_dict()
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -264,8 +264,8 @@ class Runner:
         self.best_eval = state.get("best_eval")  # older checkpoints: none yet
         if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
             restore_rng(state["rng"], self.sample_generator)
-        if "buffer" in state:  # rank 0's transitions on every rank: all ranks start learning together
-            self.buffer.load_state_dict(state["buffer"])
+        if ckpt.BUFFER_KEY in state:  # rank 0's transitions on every rank: all ranks start learning together
+            self.buffer.load_state_dict(state[ckpt.BUFFER_KEY])
         if not self.ranks.is_main:  # not the env-reset seed of `_reset_envs` ([seed, step]): a third entry
             rank_stream = int(np.random.SeedSequence([self.seed, self.global_step, 1]).generate_state(1)[0])
             seed_everything(rank_stream)

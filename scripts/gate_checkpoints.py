@@ -65,7 +65,7 @@ def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int,
     for segment in report.segments:
         row[f"{segment.name}/lin_vel_error"] = round(segment.lin_vel_error, 3)
         row[f"{segment.name}/yaw_rate_error"] = round(segment.yaw_rate_error, 3)
-        if segment.coverage == segment.coverage:  # not NaN: a segment with a linear command
+        if segment.walks:
             row[f"{segment.name}/coverage"] = round(segment.coverage, 3)
         row[f"{segment.name}/failures"] = segment.failures
     return row

@@ -8,7 +8,8 @@ Per run: the algorithm, seed, CPU and the command that reproduces it; the wall t
 checkpoint that passed the nominal gate and to the first the robust gate passed (nominal plus
 at least 90% of the perturbed trials); the robust pass rate of the latest verdict; how many of
 the last 5 gated checkpoints passed; the latest nominal verdict's tracking errors (forward and
-sideways [m/s], turn [rad/s]: which skill fails); and where the run stands (steps, minutes). Times are the
+sideways [m/s], turn [rad/s]: which skill fails) and how much of each commanded walk it
+covered (a slow walk); and where the run stands (steps, minutes). Times are the
 run's clock, summed over resumes (fast_td3/analysis/gate_summary.py). The CPU is the one the
 run recorded (`resolved.cpu`), else this machine's. With `--trials`, each run's perturbed trials
 side by side, verdict by verdict, and what each trial's failures were (fast_td3/analysis/gate_trials.py).
@@ -45,6 +46,9 @@ def training_command(run_dir: Path) -> str:
 ERROR_METRICS = {"forward": "gate/forward/lin_vel_error", "sideways": "gate/sideways/lin_vel_error",
                  "turn": "gate/turn/yaw_rate_error"}
 """The latest-errors column: each moving segment's tracking error in the nominal trial."""
+COVERAGE_METRICS = {"forward": "gate/forward/coverage", "sideways": "gate/sideways/coverage"}
+"""The latest-coverage column: how much of each commanded walk the nominal trial covered (a slow
+walk can pass on its error and still fall short of the distance)."""
 
 
 def row(run_dir: Path, note: str = "") -> dict:
@@ -67,6 +71,8 @@ def row(run_dir: Path, note: str = "") -> dict:
         "robust_pass_rate_latest": summary.latest.get("gate/robust_pass_rate") if summary else None,
         "last5_passed": summary.last_passed if summary else None,
         "latest_errors": {name: (summary.latest.get(key) if summary else None) for name, key in ERROR_METRICS.items()},
+        "latest_coverage": {name: (summary.latest.get(key) if summary else None)
+                            for name, key in COVERAGE_METRICS.items()},
         "gate_verdicts": summary.verdicts if summary else 0,
         "note": note,
     }
@@ -80,11 +86,13 @@ def _or_dash(value) -> str:
 def markdown(rows: list[dict]) -> str:
     when = describe_pass
     lines = ["| algo | seed | first nominal pass | first robust pass | robust rate (latest) | last 5 passing | "
-             "errors fwd / side / turn (latest) | where it stands |", "|---|---|---|---|---|---|---|---|"]
+             "errors fwd / side / turn (latest) | coverage fwd / side (latest) | where it stands |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         errors = " / ".join("-" if e is None else f"{e:.2f}" for e in r["latest_errors"].values())
+        coverage = " / ".join("-" if c is None else f"{c:.0%}" for c in r["latest_coverage"].values())
         lines.append(f"| {r['algo']} | {r['seed']} | {when(r['first_nominal_pass'])} | {when(r['first_robust_pass'])} | "
-                     f"{_or_dash(r['robust_pass_rate_latest'])} | {_or_dash(r['last5_passed'])}/5 | {errors} | "
+                     f"{_or_dash(r['robust_pass_rate_latest'])} | {_or_dash(r['last5_passed'])}/5 | {errors} | {coverage} | "
                      f"step {r['steps']}, {r['minutes']} min |")
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ def metrics_of(report) -> dict[str, float]:
         if segment.moving:
             metrics[f"gate/{segment.name}/lin_vel_error"] = segment.lin_vel_error
             metrics[f"gate/{segment.name}/yaw_rate_error"] = segment.yaw_rate_error
-        if segment.coverage == segment.coverage:  # not NaN: a segment with a linear command
+        if segment.walks:
             metrics[f"gate/{segment.name}/coverage"] = segment.coverage
     for key, value in report.tracking_errors().items():
         metrics[f"gate/robust/{key}"] = value

@@ -267,9 +267,14 @@ class SegmentReport:
         return any(c != 0.0 for c in self.command)
 
     @property
+    def walks(self) -> bool:
+        """A linear command (forward or sideways), so a distance to cover: coverage means something."""
+        return any(self.command[:2]) and self.commanded_distance > 0
+
+    @property
     def coverage(self) -> float:
         """Distance covered over distance commanded; NaN for a segment without a linear command."""
-        if not any(self.command[:2]) or self.commanded_distance <= 0:
+        if not self.walks:
             return float("nan")
         return self.distance / self.commanded_distance
 
@@ -417,7 +422,7 @@ def print_report(report: Sim2SimReport) -> None:
           f"{'|wz err|':>16}")
     for s in report.segments:
         result = f"FELL at {s.fell_at:.2f}s" if s.fell else ("ok" if not s.failures else "FAIL")
-        covered = f"{s.distance:.2f}m" + (f" ({s.coverage:.0%})" if s.coverage == s.coverage else "")
+        covered = f"{s.distance:.2f}m" + (f" ({s.coverage:.0%})" if s.walks else "")
         print(f"  {s.name:<{width}} {str(tuple(s.command)):<22} {result:<16} {covered:>16} "
               f"{s.lin_vel_error:>7.3f} ({s.lin_vel_error_per_step:.3f}) {s.yaw_rate_error:>7.3f} "
               f"({s.yaw_rate_error_per_step:.3f})")

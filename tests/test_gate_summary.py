@@ -51,7 +51,7 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
                                                         "algo=fast_sac", "seed=3", "out_dir=/somewhere"]))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
         {"step": 2000, "time": 300.0}, verdict(2000, False, True, 0.5, 310.0),
-        {"step": 4000, "time": 660.0}, verdict(4000, True, True, 0.9, 670.0))))
+        {"step": 4000, "time": 660.0}, dict(verdict(4000, True, True, 0.9, 670.0), **{"gate/sideways/coverage": 0.534}))))
     (row,) = [recipe_table.row(path) for path in recipe_table.find_runs([tmp_path / "runs"])]
     assert (row["algo"], row["seed"], row["cpu"]) == ("fast_sac", 3, "AMD EPYC test")
     assert row["run"] == "runs/0_T1_seed3"  # the folder's own name, not this machine's path
@@ -60,10 +60,11 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
     assert row["first_robust_pass"] == {"step": 4000, "minutes": 11.0}
     assert (row["robust_pass_rate_latest"], row["last5_passed"], row["steps"]) == (0.9, 1, 4000)
     assert row["latest_errors"] == {"forward": None, "sideways": None, "turn": 0.4}  # step 4000's verdict
-    assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) | 0.9 | 1/5 | - / - / 0.40 |" in \
+    assert row["latest_coverage"] == {"forward": None, "sideways": 0.534}
+    assert "| fast_sac | 3 | 5.0 min (step 2000) | 11.0 min (step 4000) | 0.9 | 1/5 | - / - / 0.40 | - / 53% |" in \
         recipe_table.markdown([row])
     (run / "metrics.jsonl").write_text(json.dumps({"step": 900, "time": 90.0}) + "\n")  # not gated yet
-    assert "| fast_sac | 3 | not yet | not yet | - | -/5 | - / - / - | step 900, 1.5 min |" in \
+    assert "| fast_sac | 3 | not yet | not yet | - | -/5 | - / - / - | - / - | step 900, 1.5 min |" in \
         recipe_table.markdown([recipe_table.row(run)])
 
 

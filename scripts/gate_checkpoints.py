@@ -4,6 +4,7 @@
     python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run> --seconds 10 --last 3
     python scripts/gate_checkpoints.py <run> --json gates.json     # also the rows as JSON
     python scripts/gate_checkpoints.py <run> --robust 20 --seed 0   # and 20 perturbed trials each (the robust gate)
+    python scripts/gate_checkpoints.py <run> --robust 10 --gait-frequency 1.25   # deployed at another gait frequency
 
 Eval return says how the policy does on the training task; the gate says whether the exported
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
@@ -47,9 +48,10 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
 
 
 def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0,
-             trials: int = 0, seed: int = 0) -> dict:
+             trials: int = 0, seed: int = 0, gait_frequency: float | None = None) -> dict:
     step = int(checkpoint.stem.split("_")[-1])
-    bundle = export_bundle(checkpoint, run_dir / "gated" / f"step_{step:09d}", force=True)
+    folder = f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
+    bundle = export_bundle(checkpoint, run_dir / "gated" / folder, force=True, gait_frequency=gait_frequency)
     loaded = sim2sim.load_bundle(bundle)
     report = sim2sim.run(loaded, seconds=seconds)
     row = {"step": step, "eval_return": returns.get(step), "passed": report.passed,
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--robust", type=int, default=0, metavar="TRIALS",
                         help="also the robust gate: this many perturbed trials per checkpoint (sim2real/robust.py)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the robust trials' draws (default 0)")
+    parser.add_argument("--gait-frequency", type=float, default=None, metavar="HZ",
+                        help="deploy this gait frequency instead of the run's (inside its trained range)")
     args = parser.parse_args(argv)
     checkpoints = sorted((args.run / "checkpoints").glob("step_*.pt"))
     if args.last:
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6} {'robust':>7}  failures")
     for checkpoint in checkpoints:
-        row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb, args.robust, args.seed)
+        row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb, args.robust, args.seed,
+                       args.gait_frequency)
         rows.append(row)
         failures = "; ".join(f"{k.split('/')[0]}: {', '.join(v)}" for k, v in row.items()
                              if k.endswith("/failures") and v)

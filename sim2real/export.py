@@ -102,14 +102,21 @@ def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
     raise ValueError(f"cannot export an observation normaliser of type {type(normalizer).__name__}")
 
 
-def t1_bundle_extras(cfg) -> dict | None:
+def t1_bundle_extras(cfg, gait_frequency: float | None = None) -> dict | None:
     """The T1 parts of an export bundle for a run's config (`TrainConfig`), or None for other tasks:
-    the deployment contract of the Playground config the run trained with."""
+    the deployment contract of the Playground config the run trained with. `gait_frequency`
+    replaces the run's `commands.deploy_gait_frequency` (training never reads it: any frequency
+    inside the trained `commands.gait_frequency` range is a deploy-time choice)."""
     if not cfg.env.task.startswith("T1LowDimJoystick"):
+        if gait_frequency is not None:
+            raise ValueError(f"gait_frequency is a T1 deploy setting; {cfg.env.task} has none")
         return None
     from envs.playground.t1_lowdim import deploy_spec
 
-    spec = deploy_spec(dict(cfg.env.options.get("config_overrides") or {}))
+    overrides = copy.deepcopy(dict(cfg.env.options.get("config_overrides") or {}))
+    if gait_frequency is not None:
+        overrides["commands"] = {**dict(overrides.get("commands") or {}), "deploy_gait_frequency": float(gait_frequency)}
+    spec = deploy_spec(overrides)
     return {"meta": spec.meta() | {"source_task": cfg.env.task}, "deploy_yaml": spec.deploy_yaml()}
 
 
@@ -281,9 +288,10 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False,
-                  use: str | None = None, say=None) -> Path:
+                  use: str | None = None, say=None, gait_frequency: float | None = None) -> Path:
     """Export a checkpoint file, or a run folder's best or latest checkpoint (`use`; None: best.pt
-    when the run has one), into the bundle `out`; `say` gets a line naming the checkpoint.
+    when the run has one), into the bundle `out`; `say` gets a line naming the checkpoint;
+    `gait_frequency` (T1) the deploy gait frequency instead of the run's.
 
     Returns the bundle folder. Raises `ValueError` when the checkpoint's observation sizes
     disagree (actor, normaliser, envs, and for T1 the deploy observation layout),
@@ -301,7 +309,7 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     task = cfg.env.task
     num_obs = _check_sizes(checkpoint, task)
     num_actions = int(checkpoint["env"]["num_actions"])
-    extras = t1_bundle_extras(cfg)
+    extras = t1_bundle_extras(cfg, gait_frequency)
     if extras is not None:
         deploy_obs = extras["meta"].get("observation", {}).get("size")
         if deploy_obs is not None and int(deploy_obs) != num_obs:
@@ -345,7 +353,7 @@ def load_bundle_policy(bundle_dir: str | Path) -> tuple[torch.jit.ScriptModule, 
 
 # --------------------------------------------------------------------------- command line
 USAGE = """usage: fast-td3-export checkpoint=<run folder or checkpoint file> out=<bundle folder> [use=best|latest]
-                       [device=cpu] [force=false]
+                       [device=cpu] [force=false] [gait_frequency=HZ]
 
 Export a checkpoint's policy as a deployment bundle (policy.pt, policy.onnx, meta.json, and
 T1.yaml for T1 tasks).
@@ -356,10 +364,12 @@ T1.yaml for T1 tasks).
               (the newest step_<N>.pt); default: best when the run has one, else latest
   device      where the checkpoint is loaded and checked (default cpu); the bundle is always CPU float32
   force       true: replace a bundle folder this command wrote before (any other folder is refused)
+  gait_frequency  T1: the gait frequency T1.yaml deploys [Hz], inside the trained range (default: the
+              run's commands.deploy_gait_frequency)
 
 The other tools' spelling is read too: `fast-td3-export <run> <bundle> --use latest --force`.
 """
-_KEYS = ("checkpoint", "out", "use", "device", "force")
+_KEYS = ("checkpoint", "out", "use", "device", "force", "gait_frequency")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -386,6 +396,11 @@ def _parse(argv: list[str]) -> dict[str, str]:
         _fail(f"use must be best or latest, got {args['use']!r}")
     if args.get("force", "false").lower() not in _TRUE + _FALSE:
         _fail(f"force must be true or false, got {args['force']!r}")
+    if "gait_frequency" in args:
+        try:
+            float(args["gait_frequency"])
+        except ValueError:
+            _fail(f"gait_frequency must be a number in Hz, got {args['gait_frequency']!r}")
     return args
 
 
@@ -394,7 +409,8 @@ def cli(argv: list[str] | None = None) -> None:
     try:
         bundle = export_bundle(args["checkpoint"], args["out"], args.get("device", "cpu"),
                                args.get("force", "false").lower() in _TRUE, args.get("use"),
-                               say=lambda line: print(f"fast-td3-export: {line}", file=sys.stderr))
+                               say=lambda line: print(f"fast-td3-export: {line}", file=sys.stderr),
+                               gait_frequency=float(args["gait_frequency"]) if "gait_frequency" in args else None)
     except (FileNotFoundError, FileExistsError, ImportError, ValueError) as error:
         _fail(str(error))
     meta = json.loads((bundle / META_JSON).read_text())

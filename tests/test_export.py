@@ -213,7 +213,7 @@ def test_cli_names_both_sizes_when_the_normaliser_does_not_fit_the_actor(run_dir
 def fake_t1_extras(observation_size, action_size=NUM_ACTIONS):
     calls = []
 
-    def bundle_extras(cfg):
+    def bundle_extras(cfg, gait_frequency=None):
         calls.append(cfg.env.task)
         return {
             "meta": {"robot": "T1", "observation": {"size": observation_size}, "action": {"size": action_size}},
@@ -268,7 +268,7 @@ def test_cli_help_and_bad_arguments(capsys):
         cli(["--help"])
     assert helped.value.code == 0 and "checkpoint=" in capsys.readouterr().out
     for argv in (["out=x"], ["checkpoint=x", "out=y", "colour=red"], ["checkpoint=x", "out=y", "force=maybe"],
-                 ["checkpoint=x", "out=y", "use=newest"]):
+                 ["checkpoint=x", "out=y", "use=newest"], ["checkpoint=x", "out=y", "gait_frequency=fast"]):
         with pytest.raises(SystemExit) as failed:
             cli(argv)
         assert failed.value.code == 2
@@ -289,3 +289,25 @@ def test_real_t1_extras_on_a_t1_shaped_checkpoint(tmp_path):
     assert yaml.safe_load((out / "T1.yaml").read_text()) == json.loads(json.dumps(expected["deploy_yaml"]))
     policy, _ = load_bundle_policy(out)
     assert policy(torch.zeros(1, num_obs)).shape == (1, num_actions)
+
+
+def test_a_t1_export_deploys_another_gait_frequency_inside_the_trained_range_only(tmp_path, capsys):
+    """By default T1.yaml deploys the centre of the trained gait frequencies; gait_frequency=
+    changes what T1.yaml deploys and meta.json records, nothing else; outside the trained range,
+    or for a task without a gait, it is refused."""
+    from helpers import save_untrained_t1_checkpoint
+    from sim2real import t1
+
+    save_untrained_t1_checkpoint(tmp_path / "run", 123)
+    default = export_bundle(tmp_path / "run", tmp_path / "default")
+    cli([f"checkpoint={tmp_path / 'run'}", f"out={tmp_path / 'edge'}", "gait_frequency=1.0"])
+    deployed = {name: yaml.safe_load((tmp_path / name / "T1.yaml").read_text())["policy"]["gait_frequency"]
+                for name in ("default", "edge")}
+    assert deployed == {"default": 1.25, "edge": 1.0} and sum(t1.CommandSpec().gait_frequency) / 2 == 1.25
+    metas = [json.loads((folder / "meta.json").read_text())["deploy"] for folder in (default, tmp_path / "edge")]
+    assert metas[1]["commands"]["deploy_gait_frequency"] == 1.0
+    assert {k: v for k, v in metas[0].items() if k != "commands"} == {k: v for k, v in metas[1].items() if k != "commands"}
+    with pytest.raises(SystemExit) as refused:
+        cli([f"checkpoint={tmp_path / 'run'}", f"out={tmp_path / 'fast'}", "gait_frequency=2.0"])
+    assert refused.value.code == 2 and "outside the training range" in capsys.readouterr().err
+    assert not (tmp_path / "fast").exists()

@@ -227,6 +227,43 @@ def test_push_curriculum_climbs_as_episodes_time_out_and_reports_its_level():
     assert push_curriculum.PUSH_SCALE_METRIC not in plain.step(zero)[3]["episode"]  # off: no metric
 
 
+def test_a_resumed_run_continues_the_push_curriculum_at_its_level(tmp_path):
+    """The level is in the checkpoint (the env's `checkpointed_parts`): a new env loading it
+    continues there, not at `start`; a checkpoint from before the level was saved starts afresh."""
+    from dataclasses import replace
+
+    from fast_td3.training import checkpoint as ckpt
+    from fast_td3.training.config import EnvConfig
+    from fast_td3.training.runner import Runner
+    from helpers import tiny_train_config
+
+    cfg = tiny_train_config(total_steps=9, num_envs=2, batch_size=8, learning_starts=4)
+    cfg = replace(cfg, env=EnvConfig(suite="playground", task=TASK, num_envs=2))
+
+    def runner(run_dir):
+        env = native(2, 0, push=True, max_episode_steps=3, num_threads=1,
+                     config_overrides={"noise_config": {"level": 0.0}, **curriculum(start=0.0, step=0.25)})
+        return Runner(cfg, env, None, run_dir)
+
+    trained = runner(tmp_path / "trained")
+    trained.train()
+    assert trained.env.push_curriculum.level == 0.75  # three 3-step episodes, each ending in a time-out
+    path = trained.save()
+    resumed = runner(tmp_path / "resumed")
+    assert resumed.env.push_curriculum.level == 0.0
+    resumed.load(path)
+    assert resumed.env.push_curriculum.level == 0.75
+    older = ckpt.load(path)
+    del older["env_parts"]
+    fresh = runner(tmp_path / "older")
+    fresh.load_state(older)
+    assert fresh.global_step == 9 and fresh.env.push_curriculum.level == 0.0
+    with pytest.raises(ValueError, match="outside"):
+        fresh.env.push_curriculum.load_state_dict({"level": 2.0})
+    for run in (trained, resumed, fresh):
+        run.env.close()
+
+
 def test_push_curriculum_on_mjx_says_it_is_native_only():
     with pytest.raises(EnvOptionError, match="native backend only"):
         make_env("playground", TASK, 2, 0, torch.device("cpu"), backend="mjx", config_overrides=curriculum())

@@ -16,8 +16,8 @@ class PushCurriculum:
     Each time episodes end, their mean length as a fraction of the time limit moves the level:
     up by `step` at or above `raise_above`, down by `step` below `lower_below`. Kicks are the
     drawn size times the level, so the full `magnitude_range` (the gate's) is reached only by a
-    policy that survives it. The level lives in the env: a resumed run starts again at `start`
-    and climbs back as fast as its episodes last."""
+    policy that survives it. The level lives in the env, which offers it to checkpoints
+    (`checkpointed_parts`): a resumed run continues at the level it stopped at."""
 
     def __init__(self, start: float, raise_above: float, lower_below: float, step: float) -> None:
         if not 0.0 <= lower_below <= raise_above <= 1.0:
@@ -42,3 +42,12 @@ class PushCurriculum:
             self.level = min(1.0, self.level + self.step)
         elif survived < self.lower_below:
             self.level = max(0.0, self.level - self.step)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"level": self.level}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        level = float(state["level"])
+        if not 0.0 <= level <= 1.0:
+            raise ValueError(f"push curriculum level {level} outside [0, 1]: not a checkpoint of this curriculum")
+        self.level = level

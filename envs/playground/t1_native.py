@@ -143,10 +143,10 @@ class T1NativeVecEnv:
         self.num_actions = t1.NUM_LEG_JOINTS
         self.critic_obs_extends_actor_obs = float(config.noise_config.level) == 0.0
         self.episode_metrics = sorted(f"reward/{term}" for term in config.reward_config.scales.keys())
-        self.resolved_options = {"backend": "native"}
-        """Choices this adapter made that a resumed run or a later evaluation must repeat."""
+        self.resolved_options = {"backend": "native"}  # what a resumed run or a later evaluation must repeat
         self._rng = np.random.default_rng(derive_env_seeds(self.seed, self.num_envs))
         self.push_curriculum = push_curriculum.PushCurriculum.from_config(config.push_config)
+        self.checkpointed_parts = {"push_curriculum": self.push_curriculum} if self.push_curriculum else {}
         self.info: dict[str, np.ndarray] = {}
         self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
         self._obs: tuple[np.ndarray, np.ndarray] | None = None

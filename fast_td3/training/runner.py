@@ -89,6 +89,7 @@ class Runner:
         record_gait_signals = optional_attribute(env, "record_gait_signals")
         if record_gait_signals is not None:
             record_gait_signals(False)  # only evaluation reads them
+        self.checkpointed_env_parts = optional_attribute(env, "checkpointed_parts")
         self.checkpoints = ckpt.CheckpointManager(self.run_dir, cfg.keep_checkpoints)
         self.global_step = 0
         self.last_eval: dict[str, float] = {}
@@ -246,7 +247,8 @@ class Runner:
         false: best.pt and the gate's checkpoints are for evaluation and export)."""
         state = {"format": ckpt.FORMAT, "global_step": self.global_step, "agent": self.agent.training_state(),
                  "rng": rng_state(self.sample_generator), "env": self.spec.record(), "config": config_dict(self.cfg),
-                 "best_eval": self.best_eval}
+                 "best_eval": self.best_eval,
+                 "env_parts": {name: part.state_dict() for name, part in self.checkpointed_env_parts.items()}}
         if self.cfg.save_buffer and with_buffer:
             state[ckpt.BUFFER_KEY] = self.buffer.state_dict()
         return state
@@ -262,6 +264,10 @@ class Runner:
         self.agent.load_training_state(state["agent"])
         self.global_step = int(state["global_step"])
         self.best_eval = state.get("best_eval")  # older checkpoints: none yet
+        saved_parts = state.get("env_parts", {})  # older checkpoints: none; a part not saved starts afresh
+        for name, part in self.checkpointed_env_parts.items():
+            if name in saved_parts:
+                part.load_state_dict(saved_parts[name])
         if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
             restore_rng(state["rng"], self.sample_generator)
         if ckpt.BUFFER_KEY in state:  # rank 0's transitions on every rank: all ranks start learning together

@@ -222,8 +222,9 @@ def _self_check(policy: DeployPolicy, agent, device: torch.device, onnx_bytes: b
 
 
 # --------------------------------------------------------------------------- writing
-def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
-    """Write `files` into a temporary sibling of `out`, then rename it into place."""
+def write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
+    """Write `files` into a temporary sibling of `out`, then rename it into place (export and
+    `sim2real.redeploy` write bundles only this way: a reader never sees half a bundle)."""
     from fast_td3.files import atomic_write_bytes, fsync_dir
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +237,7 @@ def _write_bundle(out: Path, files: dict[str, bytes], force: bool) -> None:
         for name, data in files.items():
             atomic_write_bytes(tmp / name, lambda f, data=data: f.write(data))
         if out.is_dir() and any(out.iterdir()):
-            _check_out(out, force)  # checked before anything was built; someone may have written there since
+            check_bundle_out(out, force)  # checked before anything was built; someone may have written there since
             out.rename(old)
             set_aside = True
         try:
@@ -272,7 +273,7 @@ def is_bundle(folder: Path) -> bool:
         return False
 
 
-def _check_out(out: Path, force: bool) -> None:
+def check_bundle_out(out: Path, force: bool) -> None:
     """FileExistsError unless `out` is free: missing, an empty folder, or (force) a bundle of ours."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a folder; choose another out=")
@@ -303,7 +304,7 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 
     out = Path(out).expanduser().absolute()
-    _check_out(out, force)
+    check_bundle_out(out, force)
     torch_device = resolve_device(device)  # a wrong device is reported before anything is read
     checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint, use, say, latest_option="use=latest")
     task = cfg.env.task
@@ -338,7 +339,7 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     if extras is not None:
         files[T1_YAML] = yaml.safe_dump(extras["deploy_yaml"], sort_keys=False).encode()
     _self_check(policy, agent, torch_device, files[POLICY_ONNX], files[POLICY_PT])
-    _write_bundle(out, files, force)
+    write_bundle(out, files, force)
     return out
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 
 from sim2real import t1
-from sim2real.export import (META_JSON, ONNX_META_KEY, POLICY_ONNX, POLICY_PT, T1_YAML, _check_out, _write_bundle,
-                             load_bundle_policy)
+from sim2real.export import (META_JSON, ONNX_META_KEY, POLICY_ONNX, POLICY_PT, T1_YAML, check_bundle_out,
+                             load_bundle_policy, write_bundle)
 
 
 def redeployed_files(bundle: Path, gait_frequency: float) -> dict[str, bytes]:
@@ -68,8 +68,8 @@ def redeployed_files(bundle: Path, gait_frequency: float) -> dict[str, bytes]:
 def redeploy(bundle: str | Path, out: str | Path, gait_frequency: float, force: bool = False) -> Path:
     """Write `bundle` deployed at `gait_frequency` to the bundle folder `out` (atomically)."""
     bundle, out = Path(bundle).expanduser(), Path(out).expanduser().absolute()
-    _check_out(out, force)
-    _write_bundle(out, redeployed_files(bundle, gait_frequency), force)
+    check_bundle_out(out, force)
+    write_bundle(out, redeployed_files(bundle, gait_frequency), force)
     return out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -64,13 +65,17 @@ def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int,
                                 for t in robust_report.trials if not t.passed]
     if perturb:
         row["perturbed_passes"] = f"{perturbed_passes(loaded, seconds, perturb)}/{perturb}"
-    for segment in report.segments:
-        row[f"{segment.name}/lin_vel_error"] = round(segment.lin_vel_error, 3)
-        row[f"{segment.name}/yaw_rate_error"] = round(segment.yaw_rate_error, 3)
+    for segment in report.segments:  # a segment it fell in has no errors: null, so the JSON stays strict
+        row[f"{segment.name}/lin_vel_error"] = _rounded(segment.lin_vel_error)
+        row[f"{segment.name}/yaw_rate_error"] = _rounded(segment.yaw_rate_error)
         if segment.walks:
             row[f"{segment.name}/coverage"] = round(segment.coverage, 3)
         row[f"{segment.name}/failures"] = segment.failures
     return row
+
+
+def _rounded(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 3)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"{format(row['robust_pass_rate'], '.0%') if 'robust_pass_rate' in row else '-':>7}  {failures}",
               flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps(rows, indent=2, allow_nan=False))
     return rows
 
 

@@ -1,0 +1,50 @@
+"""`scripts/gate_checkpoints.py`: every checkpoint of a T1 run exported and gated, one row each.
+
+An untrained checkpoint is enough to check the plumbing (which checkpoints, where the bundles
+go, what a row holds, the deploy frequency asked for); it falls, so its verdicts are known.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not installed (pip install -e ".[playground]")')
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import gate_checkpoints  # noqa: E402
+from helpers import save_untrained_t1_checkpoint  # noqa: E402
+
+
+def test_the_last_checkpoints_are_exported_gated_and_written_as_rows(tmp_path, capsys):
+    run = tmp_path / "run"
+    for step in (100, 200, 300):
+        save_untrained_t1_checkpoint(run, step)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 300, "eval/return_mean": 1.5}) + "\n")
+    rows = gate_checkpoints.main([str(run), "--last", "2", "--seconds", "3", "--robust", "1",
+                                  "--gait-frequency", "1.4", "--json", str(tmp_path / "rows.json")])
+    assert [row["step"] for row in rows] == [200, 300]
+    assert [row["eval_return"] for row in rows] == [None, 1.5]  # from the run's own evaluations
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows
+    for row in rows:
+        bundle = Path(row["bundle"])
+        assert bundle == run / "gated" / f"step_{row['step']:09d}_1.4hz"
+        assert yaml.safe_load((bundle / "T1.yaml").read_text())["policy"]["gait_frequency"] == 1.4
+        assert not row["passed"] and row["robust_pass_rate"] == 0.0 and not row["robust_passed"]
+        assert row["seconds_walked"] < 4 * 3  # an untrained policy falls before the sequence ends
+        assert len(row["failed_trials"]) == 1
+        assert row["stand/failures"] and row["stand/lin_vel_error"] is None  # fell: no error to report
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].split()[:3] == ["200", "-", "fail"] and printed[2].split()[:3] == ["300", "1.50", "fail"]
+
+
+def test_a_run_without_checkpoints_is_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit):
+        gate_checkpoints.main([str(tmp_path / "empty")])
+    assert "has no checkpoints/step_*.pt" in capsys.readouterr().err

@@ -24,8 +24,9 @@ from typing import Any
 
 
 def metrics_of(report) -> dict[str, float]:
-    """The `gate/*` metrics of a robust report: verdicts, pass rate, the nominal tracking errors and
-    how much of each commanded walk was covered (a slow sideways walk shows there first)."""
+    """The `gate/*` metrics of a robust report: verdicts, pass rate, the nominal tracking errors,
+    how much of each commanded walk was covered (a slow sideways walk shows there first) and how
+    far it turned (an arc shows there), and the trials' mean errors and turns."""
     metrics = {"gate/passed": float(report.passed), "gate/nominal_passed": float(report.nominal.passed),
                "gate/robust_pass_rate": report.robust_pass_rate if report.trials else float(report.nominal.passed),
                "gate/seconds_walked": report.nominal.seconds_walked, "gate/trials": float(len(report.trials))}
@@ -35,7 +36,8 @@ def metrics_of(report) -> dict[str, float]:
             metrics[f"gate/{segment.name}/yaw_rate_error"] = segment.yaw_rate_error
         if segment.walks:
             metrics[f"gate/{segment.name}/coverage"] = segment.coverage
-    for key, value in report.tracking_errors().items():
+            metrics[f"gate/{segment.name}/heading_change"] = segment.heading_change
+    for key, value in (report.tracking_errors() | report.heading_changes()).items():
         metrics[f"gate/robust/{key}"] = value
     return metrics
 

@@ -64,6 +64,11 @@ class T1Robot:
     def gyro(self) -> np.ndarray:
         return self.data.qvel[3:6].copy()
 
+    def heading(self) -> float:
+        """The base's yaw in the world [rad], from its orientation quaternion (w, x, y, z)."""
+        w, x, y, z = self.data.qpos[3:7]
+        return float(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+
     def base_rotation(self) -> np.ndarray:
         rotation = np.zeros(9)
         mujoco.mju_quat2Mat(rotation, self.data.qpos[3:7] / np.linalg.norm(self.data.qpos[3:7]))

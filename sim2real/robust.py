@@ -82,6 +82,16 @@ class RobustReport:
                     errors.setdefault(f"{s.name}/yaw_rate_error", []).append(s.yaw_rate_error)
         return {k: sum(v) / len(v) for k, v in errors.items()}
 
+    def heading_changes(self) -> dict[str, float]:
+        """Mean over the trials of each walk's |net turn| [rad], where it did not fall: a yaw drift
+        under the yaw-rate limit still bends a 20 s walk into an arc, which forward coverage fails."""
+        turns: dict[str, list[float]] = {}
+        for trial in self.trials:
+            for s in trial.report.segments:
+                if s.walks and not s.fell:
+                    turns.setdefault(f"{s.name}/abs_heading_change", []).append(abs(s.heading_change))
+        return {k: sum(v) / len(v) for k, v in turns.items()}
+
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "robust", "bundle": self.bundle, "passed": self.passed,
                 "robust_pass_rate": self.robust_pass_rate, "min_pass_rate": self.min_pass_rate, "seed": self.seed,

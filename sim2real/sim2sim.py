@@ -253,6 +253,9 @@ class SegmentReport:
     """Straight-line planar displacement over the segment [m]."""
     commanded_distance: float = 0.0
     """The smoothed command's planar speed integrated over the segment [m]."""
+    heading_change: float = 0.0
+    """Net turn of the base over the segment [rad, counter-clockwise +]: a walk at the right speed
+    that covers little of its distance walked an arc (a small steady yaw drift adds up)."""
     lin_vel_error: float = 0.0
     """Mean |v_xy - command_xy| after the settle time, velocities averaged over one gait period [m/s]."""
     yaw_rate_error: float = 0.0
@@ -290,7 +293,8 @@ class SegmentReport:
             self.failures.append(f"yaw-rate error {self.yaw_rate_error:.3f} rad/s > {limits.max_yaw_rate_error}")
         if self.command[0] != 0.0 and not self.coverage >= limits.min_forward_coverage:
             self.failures.append(f"covered {self.distance:.2f} m of {self.commanded_distance:.2f} m commanded "
-                                 f"({self.coverage:.0%} < {limits.min_forward_coverage:.0%})")
+                                 f"({self.coverage:.0%} < {limits.min_forward_coverage:.0%}), turning "
+                                 f"{self.heading_change:+.2f} rad")
 
 
 @dataclass
@@ -321,6 +325,11 @@ def check_seconds(seconds: float) -> None:
     if not seconds > SETTLE_SECONDS:
         raise BundleError(f"seconds={seconds:g} leaves nothing to judge: tracking is measured after the first "
                           f"{SETTLE_SECONDS:g} s of each segment; give seconds > {SETTLE_SECONDS:g} (default 20)")
+
+
+def wrapped_angle(angle: float) -> float:
+    """`angle` in [-pi, pi): a heading step across the ±pi seam is the short way round."""
+    return float((angle + np.pi) % (2 * np.pi) - np.pi)
 
 
 def period_averaged_error(measured: np.ndarray, commanded: np.ndarray, window: int) -> float:
@@ -369,7 +378,7 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
     for name, joystick in segments:
         segment = SegmentReport(name, list(joystick), seconds)
         report.segments.append(segment)
-        start = robot.data.qpos[:2].copy()
+        start, heading = robot.data.qpos[:2].copy(), robot.heading()
         velocities, yaw_rates, commands = [], [], []
         recovered_at = 0
         for step in range(steps):
@@ -386,6 +395,8 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
                 recovered_at = step + settle
             if on_step is not None:
                 on_step(robot)
+            segment.heading_change += wrapped_angle(robot.heading() - heading)
+            heading = robot.heading()
             segment.commanded_distance += float(np.linalg.norm(command[:2])) * control.ctrl_dt
             if step >= settle and step >= recovered_at:
                 velocities.append(robot.local_linvel()[:2])
@@ -419,13 +430,13 @@ def print_report(report: Sim2SimReport) -> None:
           " (errors averaged over one gait period; per step in brackets)")
     width = max([10] + [len(s.name) for s in report.segments])  # both_sides' names are longer
     print(f"  {'segment':<{width}} {'command (vx, vy, wz)':<22} {'result':<16} {'distance':>16} {'|v_xy err|':>16} "
-          f"{'|wz err|':>16}")
+          f"{'|wz err|':>16} {'turned':>8}")
     for s in report.segments:
         result = f"FELL at {s.fell_at:.2f}s" if s.fell else ("ok" if not s.failures else "FAIL")
         covered = f"{s.distance:.2f}m" + (f" ({s.coverage:.0%})" if s.walks else "")
         print(f"  {s.name:<{width}} {str(tuple(s.command)):<22} {result:<16} {covered:>16} "
               f"{s.lin_vel_error:>7.3f} ({s.lin_vel_error_per_step:.3f}) {s.yaw_rate_error:>7.3f} "
-              f"({s.yaw_rate_error_per_step:.3f})")
+              f"({s.yaw_rate_error_per_step:.3f}) {s.heading_change:>+6.2f}rad")
         for failure in s.failures:
             if not failure.startswith("fell"):
                 print(f"  {'':<{width}} FAIL: {failure}")

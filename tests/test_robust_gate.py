@@ -410,23 +410,33 @@ def test_the_shipping_bar_names_each_error_past_its_margin_and_short_coverage():
     assert robust.shipping_shortfalls(nominal(0.1, 0.1, 9.0), SimpleNamespace(passed=True)) == []
 
 
-def test_the_gate_metrics_hold_each_walks_coverage():
+def test_the_gate_metrics_hold_each_walks_coverage_and_turn():
     """`gate/<segment>/coverage` is distance over commanded distance for the segments with a linear
-    command, and absent for standing and turning in place, where nothing is commanded to cover."""
+    command, and absent for standing and turning in place, where nothing is commanded to cover;
+    `heading_change` likewise, and the trials' mean |turn| per walk where they did not fall."""
     from sim2real.gate_job import metrics_of
     from sim2real.sim2sim import SegmentReport, Sim2SimReport
 
-    nominal = Sim2SimReport("b", True, [], segments=[
-        SegmentReport("stand", [0.0, 0.0, 0.0], 20.0, distance=0.01),
-        SegmentReport("forward", [0.5, 0.0, 0.0], 20.0, distance=7.5, commanded_distance=10.0),
-        SegmentReport("sideways", [0.0, 0.3, 0.0], 20.0, distance=1.8, commanded_distance=6.0, lin_vel_error=0.2),
-        SegmentReport("turn", [0.0, 0.0, 0.5], 20.0, distance=0.3)])
-    report = robust.RobustReport("b", nominal, seed=0, ranges=NOMINAL)
+    def played(forward_turn, sideways_turn=0.0, fell=False):
+        return Sim2SimReport("b", True, [], segments=[
+            SegmentReport("stand", [0.0, 0.0, 0.0], 20.0, distance=0.01, heading_change=0.4),
+            SegmentReport("forward", [0.5, 0.0, 0.0], 20.0, distance=7.5, commanded_distance=10.0,
+                          heading_change=forward_turn),
+            SegmentReport("sideways", [0.0, 0.3, 0.0], 20.0, distance=1.8, commanded_distance=6.0, lin_vel_error=0.2,
+                          heading_change=sideways_turn, fell=fell),
+            SegmentReport("turn", [0.0, 0.0, 0.5], 20.0, distance=0.3, heading_change=9.0)])
+
+    report = robust.RobustReport("b", played(-0.5), seed=0, ranges=NOMINAL)
+    report.trials = [robust.TrialResult(None, played(-3.0, 1.0)), robust.TrialResult(None, played(1.0, 5.0, fell=True))]
     metrics = metrics_of(report)
     assert metrics["gate/forward/coverage"] == 0.75
     assert metrics["gate/sideways/coverage"] == pytest.approx(0.3) and metrics["gate/sideways/lin_vel_error"] == 0.2
     assert "gate/turn/coverage" not in metrics and "gate/stand/coverage" not in metrics
     assert "gate/turn/yaw_rate_error" in metrics
+    assert metrics["gate/forward/heading_change"] == -0.5 and "gate/turn/heading_change" not in metrics
+    assert metrics["gate/robust/forward/abs_heading_change"] == 2.0  # |-3| and |1|
+    assert metrics["gate/robust/sideways/abs_heading_change"] == 1.0  # the fall's turn is left out
+    assert not any(key.startswith(("gate/robust/turn/abs", "gate/robust/stand/abs")) for key in metrics)
 
 
 def _t1_shaped_run(run_dir: Path) -> None:

@@ -133,6 +133,20 @@ def test_a_robot_that_does_not_move_fails_the_tracking_thresholds():
     assert report.seconds_walked == pytest.approx(16.0)
 
 
+def test_each_segment_reports_the_net_turn_of_the_base_across_the_seam():
+    """A base turned 0.01 rad every step (fall detection off) turns 2 rad in each 4 s segment, 8 rad
+    in all: the heading crosses ±pi and each segment's net turn is still 2."""
+    def spin(robot, turned=[0.0]):
+        turned[0] += 0.01
+        robot.data.qpos[3:7] = [np.cos(turned[0] / 2), 0.0, 0.0, np.sin(turned[0] / 2)]
+
+    report = sim2sim.run(_bundle(), seconds=4.0, policy=lambda obs: torch.zeros(obs.shape[0], 12),
+                         min_height=-1.0, min_tilt_cos=-2.0, on_step=spin)
+    assert [s.heading_change for s in report.segments] == pytest.approx([2.0] * 4, abs=1e-9)
+    assert sim2sim.wrapped_angle(3.0 * np.pi) == pytest.approx(-np.pi)
+    assert sim2sim.wrapped_angle(-0.5) == -0.5
+
+
 def test_period_averaged_error_drops_the_sway_and_keeps_the_drift():
     steps = np.arange(200)
     sway = 0.4 * np.sin(2 * np.pi * steps / 50)  # one gait period is 50 steps
@@ -159,9 +173,9 @@ def test_each_threshold_is_judged_against_its_option():
     strict = segment([0.5, 0.0, 0.0], **walking)
     strict.judge(sim2sim.Thresholds(max_lin_vel_error=0.1, max_yaw_rate_error=0.2, min_forward_coverage=0.95))
     assert [f.split()[0] for f in strict.failures] == ["planar", "yaw-rate", "covered"]
-    short = segment([0.5, 0.0, 0.0], **(walking | {"distance": 5.0}))
+    short = segment([0.5, 0.0, 0.0], **(walking | {"distance": 5.0, "heading_change": -3.1}))
     short.judge(limits)
-    assert short.failures == ["covered 5.00 m of 10.00 m commanded (50% < 60%)"]
+    assert short.failures == ["covered 5.00 m of 10.00 m commanded (50% < 60%), turning -3.10 rad"]
     nan = segment([0.0, 0.0, 0.5], **(walking | {"yaw_rate_error": float("nan")}))
     nan.judge(limits)
     assert nan.failures and "yaw-rate" in nan.failures[0]  # no measurement is no pass

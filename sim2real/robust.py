@@ -74,23 +74,24 @@ class RobustReport:
 
     def tracking_errors(self) -> dict[str, float]:
         """Mean over the trials of each moving segment's errors (NaN where every trial fell before it)."""
-        errors: dict[str, list[float]] = {}
-        for trial in self.trials:
-            for s in trial.report.segments:
-                if s.moving and not s.fell:
-                    errors.setdefault(f"{s.name}/lin_vel_error", []).append(s.lin_vel_error)
-                    errors.setdefault(f"{s.name}/yaw_rate_error", []).append(s.yaw_rate_error)
-        return {k: sum(v) / len(v) for k, v in errors.items()}
+        return self._trial_means(lambda s: s.moving, lambda s: {"lin_vel_error": s.lin_vel_error,
+                                                                 "yaw_rate_error": s.yaw_rate_error})
 
     def heading_changes(self) -> dict[str, float]:
         """Mean over the trials of each walk's |net turn| [rad], where it did not fall: a yaw drift
         under the yaw-rate limit still bends a 20 s walk into an arc, which forward coverage fails."""
-        turns: dict[str, list[float]] = {}
+        return self._trial_means(lambda s: s.walks, lambda s: {"abs_heading_change": abs(s.heading_change)})
+
+    def _trial_means(self, which, values) -> dict[str, float]:
+        """`<segment>/<name>` -> mean over the trials of `values(segment)[name]`, for the segments
+        `which` picks that the robot did not fall in."""
+        picked: dict[str, list[float]] = {}
         for trial in self.trials:
             for s in trial.report.segments:
-                if s.walks and not s.fell:
-                    turns.setdefault(f"{s.name}/abs_heading_change", []).append(abs(s.heading_change))
-        return {k: sum(v) / len(v) for k, v in turns.items()}
+                if which(s) and not s.fell:
+                    for name, value in values(s).items():
+                        picked.setdefault(f"{s.name}/{name}", []).append(value)
+        return {k: sum(v) / len(v) for k, v in picked.items()}
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "robust", "bundle": self.bundle, "passed": self.passed,

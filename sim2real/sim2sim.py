@@ -395,8 +395,8 @@ def run(bundle: Bundle, seconds: float = 20.0, segments=SEGMENTS, min_height: fl
                 recovered_at = step + settle
             if on_step is not None:
                 on_step(robot)
-            segment.heading_change += wrapped_angle(robot.heading() - heading)
-            heading = robot.heading()
+            heading, last_heading = robot.heading(), heading
+            segment.heading_change += wrapped_angle(heading - last_heading)
             segment.commanded_distance += float(np.linalg.norm(command[:2])) * control.ctrl_dt
             if step >= settle and step >= recovered_at:
                 velocities.append(robot.local_linvel()[:2])

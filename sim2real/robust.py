@@ -73,7 +73,7 @@ class RobustReport:
         return self.nominal.passed and (not self.trials or self.robust_pass_rate >= self.min_pass_rate)
 
     def tracking_errors(self) -> dict[str, float]:
-        """Mean over the trials of each moving segment's errors (NaN where every trial fell before it)."""
+        """Mean over the trials of each moving segment's errors (no entry where every trial fell in it or before it)."""
         return self._trial_means(lambda s: s.moving, lambda s: {"lin_vel_error": s.lin_vel_error,
                                                                  "yaw_rate_error": s.yaw_rate_error})
 

@@ -111,9 +111,15 @@ def mirror_state(env: T1NativeVecEnv, qpos, qvel, ctrl, info):
     for name in ("last_action", "pending_actions"):
         info[name] = apply(t1.action_mirror(), info[name])
     info["feet_air_time"] = info["feet_air_time"][:, ::-1].copy()
+    info["yaw_error_average"] = -info["yaw_error_average"]  # a yaw rate: flips
     info["gait_process"] = np.mod(info["gait_process"] + 0.5, 1.0)
     info["clock"] = info["clock"] + 0.5 / info["active_frequency"]  # the next phase is half a cycle on
     return qpos, qvel, apply(joints, ctrl), info
+
+
+MIRRORED_SCALES = {"tracking_ang_vel_average": 1.0}
+"""The averaged yaw term on too (off by default): its running average is task state the mirror flips.
+(The sharp terms are left off: they magnify the model's own small left-right asymmetry to 6e-4.)"""
 
 
 def mirrored_rollout_gap(maps=None, steps: int = 2, seed: int = 0):
@@ -121,7 +127,7 @@ def mirrored_rollout_gap(maps=None, steps: int = 2, seed: int = 0):
     mirror of the mirrored rollout, over `steps` policy steps of 4 walking envs. Two steps: later, a
     foot's contact flag flips on one side first and the model's small asymmetry grows (0.15 by step 8)."""
     maps = maps or t1_lowdim.mirror_maps()
-    a, b = (T1NativeVecEnv(TASK, 4, seed=seed, num_threads=1, **QUIET) for _ in range(2))
+    a, b = (T1NativeVecEnv(TASK, 4, seed=seed, num_threads=1, reward_scales=MIRRORED_SCALES, **QUIET) for _ in range(2))
     a.reset()
     for _ in range(25):  # into a gait, away from the reset's symmetric pose
         a.step(torch.from_numpy(np.random.default_rng(seed).uniform(-0.3, 0.3, (4, 12)).astype(np.float32)))

@@ -150,6 +150,54 @@ def test_the_planar_terms_have_their_own_sigmas():
     np.testing.assert_array_equal(ec["reward_terms"]["tracking_ang_vel"], ea["reward_terms"]["tracking_ang_vel"])
 
 
+def test_the_averaged_yaw_error_keeps_a_drift_and_drops_the_gaits_swing():
+    """Known answer of the low-pass (α = dt / 0.8 s): a constant error e reaches e·(1 - (1-α)^k)
+    after k steps; a 1.25 Hz swing of ±0.3 rad/s on top of a 0.07 rad/s drift averages to the
+    drift within a sixth of the swing (a first-order filter passes 1/√(1 + (2π·1.25·0.8)²))."""
+    cfg = t1_lowdim.default_config().reward_config
+    env = native(seed=0)
+    index, dt = env.index, env.dt
+    sensors = np.zeros((1, env.model.nsensordata))
+    command = np.zeros((1, 3))
+
+    def run(errors):
+        average, seen = np.zeros(1), []
+        for error in errors:
+            sensors[0, index.gyro_adr[2]] = error
+            average = t1_lowdim.averaged_yaw_error(np, cfg, average, sensordata=sensors, command=command,
+                                                   index=index, dt=dt)
+            seen.append(float(average[0]))
+        return np.array(seen)
+
+    alpha = dt / 0.8
+    np.testing.assert_allclose(run([0.1] * 40), 0.1 * (1 - (1 - alpha) ** np.arange(1, 41)), rtol=1e-12)
+    time = np.arange(1000) * dt
+    settled = run(0.07 + 0.3 * np.sin(2 * np.pi * 1.25 * time))[500:]
+    assert abs(settled.mean() - 0.07) < 0.005 and np.abs(settled - 0.07).max() < 0.3 / 6
+
+
+def test_the_averaged_yaw_term_pays_for_the_low_passed_error_the_env_keeps():
+    """`tracking_ang_vel_average` is exp(-ē²/σ) of the env's own running average of (ω_z - cmd_wz),
+    which a step updates from the gyro and the command the policy saw, and a reset zeroes."""
+    env = native(seed=2, reward_scales={"tracking_ang_vel_average": 2.0})
+    env.reset()
+    cfg, alpha = env.config.reward_config, env.dt / 0.8
+    expected = np.zeros(env.num_envs)
+    twist = torch.full((2, 12), 0.3)
+    for _ in range(5):
+        command = env.info["command"][:, 2].copy()
+        _, _, done, extras = env.step(twist)
+        assert not done.any()
+        yaw_rate = env.state()["sensordata"][:, env.index.gyro_adr][:, 2]
+        expected = expected + alpha * (yaw_rate - command - expected)
+        np.testing.assert_allclose(env.info["yaw_error_average"], expected, rtol=1e-12)
+        np.testing.assert_allclose(extras["reward_terms"]["tracking_ang_vel_average"],
+                                   2.0 * np.exp(-expected ** 2 / cfg.tracking_sigma_ang_vel_average), rtol=1e-9)
+    assert (np.abs(expected) > 1e-3).all()  # a real error, or the term could not tell
+    env.reset()
+    assert (env.info["yaw_error_average"] == 0).all()
+
+
 def test_noise_and_pushes_are_switches():
     noisy = T1NativeVecEnv(TASK, 2, seed=0, push=False)
     obs, extras = noisy.reset()
@@ -366,7 +414,7 @@ FIDELITY_SEED, FIDELITY_ENVS, FIDELITY_STEPS = 0, 4, 10
 FIDELITY_AMPLITUDE = 0.3
 """Random actions within +-0.3 of the default pose: the robot moves clearly but stays up."""
 TUNED_SCALES = {"energy": -5e-5, "action_rate": -0.2, "torques": -1e-3, "tracking_lin_vel": 1.25,
-                "feet_swing": 2.0, "ang_vel_xy": -0.3, "orientation": -5.0}
+                "feet_swing": 2.0, "ang_vel_xy": -0.3, "orientation": -5.0, "tracking_ang_vel_average": 1.0}
 """Non-default reward scales, passed to both backends through their options."""
 ACTOR_BLOCKS = tuple((name, size) for name, size, _ in t1.OBSERVATION_LAYOUT)
 PRIVILEGED_BLOCKS = tuple((f"critic.{name}", size) for name, size in t1_lowdim.PRIVILEGED_LAYOUT[1:])
@@ -404,6 +452,7 @@ STEP_TOLERANCE = {
 TERM_TOLERANCE = {  # scaled terms (before x dt)
     "tracking_lin_vel": 0.08, "tracking_ang_vel": 0.5,  # [0.036, 0.28]
     "tracking_ang_vel_fine": 1e-6, "tracking_lin_vel_fine": 1e-6,  # off at these scales (default 0): both must give 0
+    "tracking_ang_vel_average": 0.15,  # on at TUNED_SCALES: a low-passed gyro, sigma 0.01 [0.074]
     "base_height": 5e-4, "orientation": 0.04,  # [2e-4, 0.02]
     "lin_vel_z": 0.015, "ang_vel_xy": 0.8, "torques": 2.0, "energy": 0.01,  # [7e-3, 0.37, 1.1 (of 8.5), 4.7e-3]
     "feet_slip": 0.07, "feet_swing": 1e-6,  # where the contacts agree [0.033, 0]

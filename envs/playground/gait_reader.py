@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,3 +84,22 @@ class GaitSignals:
         if target is not None:
             static["base_height_target"] = float(target)
         return static
+
+
+NativeGaitData = namedtuple("NativeGaitData", "qpos qvel qfrc_actuator sensordata")
+NativeGaitState = namedtuple("NativeGaitState", "data info")
+"""The native T1 env's last step in the shape `GaitSignals.per_step` reads (an MJX state's `data` and `info`)."""
+
+
+class NativeT1View:
+    """What `GaitSignals` reads from the native-MuJoCo T1 env (`t1_native.py`): the same signals as on MJX."""
+
+    def __init__(self, env) -> None:
+        self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
+
+    def gait_signals(self, data, info) -> dict:
+        import jax.numpy as jnp
+
+        from envs.playground import t1_lowdim
+
+        return t1_lowdim.feet_gait_signals(jnp, data.sensordata, self._index)

@@ -72,6 +72,7 @@ def default_config() -> config_dict.ConfigDict:
                 tracking_lin_vel_fine=0.0,  # the same with σ_lin_vel_fine (sharp); off unless a run asks for it
                 tracking_ang_vel=0.5,   # exp(-(cmd_wz - ω_z)² / σ_ang_vel)
                 tracking_ang_vel_fine=0.0,  # the same with σ_ang_vel_fine (sharp); off unless a run asks for it
+                tracking_ang_vel_average=0.0,  # exp(-ē² / σ_ang_vel_average), ē the low-passed yaw error; off unless asked
                 survival=0.25,          # 1 per step alive
                 base_height=-10.0,      # (h - target)²
                 orientation=-2.0,       # |gravity_xy|² in the body frame
@@ -98,6 +99,8 @@ def default_config() -> config_dict.ConfigDict:
             # beside the broad one.
             tracking_sigma_ang_vel=0.25,
             tracking_sigma_ang_vel_fine=0.0625,
+            tracking_sigma_ang_vel_average=0.01,  # a 0.1 rad/s drift keeps e^-1 of it
+            yaw_error_average_seconds=0.8,  # about one gait period at 1.25 Hz
             base_height_target=0.65,
             min_feet_distance=0.18,
             soft_joint_limit_factor=0.95,
@@ -356,8 +359,15 @@ def privileged_observation(xp, clean_actor, *, qpos, sensordata, site_xpos, leg_
     return xp.concatenate([parts[name].astype(clean_actor.dtype) for name, _ in PRIVILEGED_LAYOUT], axis=-1)
 
 
+def averaged_yaw_error(xp, cfg, average, *, sensordata, command, index: ModelIndex, dt: float):
+    """The yaw-rate error (ω_z - cmd_wz) low-passed over `cfg.yaw_error_average_seconds`: what bends a walk
+    into an arc; the gait's own yaw swing, which the per-step terms also pay for, averages out."""
+    return average + min(1.0, dt / cfg.yaw_error_average_seconds) * (
+        sensordata[..., index.gyro_adr][..., 2] - command[..., 2] - average)
+
+
 def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_torques, projected_gravity, contacts,
-                 action, last_action, command, gait_process, done, index: ModelIndex, default_pose):
+                 action, last_action, command, gait_process, yaw_error_average, done, index: ModelIndex, default_pose):
     """Every reward term, unscaled (`reward_config.scales` names them); `site_xmat` is `[..., nsite, 3, 3]`."""
     legs = index.legs
     local_vel = sensordata[..., index.local_linvel_adr]
@@ -384,6 +394,7 @@ def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_t
         "tracking_lin_vel_fine": xp.exp(-planar_error2 / cfg.tracking_sigma_lin_vel_fine),
         "tracking_ang_vel": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel),
         "tracking_ang_vel_fine": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel_fine),
+        "tracking_ang_vel_average": xp.exp(-xp.square(yaw_error_average) / cfg.tracking_sigma_ang_vel_average),
         "survival": xp.ones_like(height),
         "base_height": xp.square(height - cfg.base_height_target),
         "orientation": xp.sum(xp.square(projected_gravity[..., :2]), axis=-1),

@@ -5,15 +5,14 @@ MuJoCo's C engine: one `mujoco.batch.Batch` holds an MjData per env and steps th
 pool of C threads; the task logic runs vectorised over envs in NumPy (float64, MuJoCo's
 precision) and crosses to torch as float32. No JIT compile: the env is ready in about a second.
 
-What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the
-deployment contract (`sim2real.t1`: observation, actions to PD targets, command smoothing
-and gait clock), the state indices (`ModelIndex`) and the task's maths, written once
-against the array API (`reward_terms`, `total_reward`, `privileged_observation`,
-`fallen`, `contacts_from`). What is written here again: the control flow of reset and
-step (same order as `T1LowDimJoystick.reset/step`) and the random draws (NumPy's
-generator, not JAX's: the two backends draw different but identically distributed
-commands, noise, pushes and resets). `tests/test_t1_native.py` pins the two together
-step by step from the same state.
+What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the deployment
+contract (`sim2real.t1`: observation, actions to PD targets, command smoothing and gait clock),
+the state indices (`ModelIndex`) and the task's maths, written once against the array API
+(`reward_terms`, `total_reward`, `privileged_observation`, `fallen`, `contacts_from`). What is
+written here again: the control flow of reset and step (same order as `T1LowDimJoystick.reset/step`)
+and the random draws (NumPy's generator, not JAX's: the two backends draw different but
+identically distributed commands, noise, pushes and resets). `tests/test_t1_native.py` pins the
+two together step by step from the same state.
 
 Same-step auto-reset as the env contract asks: the step that ends an episode returns
 the true final observations (actor and critic) in `extras["final_observations"]` and the
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections import namedtuple
 from typing import Any
 
 import mujoco
@@ -32,30 +30,16 @@ import numpy as np
 import torch
 
 from envs.playground import push_curriculum, t1_lowdim
+from envs.playground.gait_reader import NativeGaitData, NativeGaitState, NativeT1View
 from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError
 from sim2real import t1
 
 TASKS = tuple(t1_lowdim.TERRAINS)
 INFO_KEYS = ("target_command", "gait_frequency", "clock", "active_frequency", "command", "gait_process",
-             "last_action", "feet_air_time", "step", "push_steps", "action_delay", "pending_actions")
+             "last_action", "feet_air_time", "step", "push_steps", "action_delay", "pending_actions",
+             "yaw_error_average")
 """The per-env task state, named as in the MJX env's `State.info`."""
-
-
-_GaitData = namedtuple("_GaitData", "qpos qvel qfrc_actuator sensordata")
-_GaitState = namedtuple("_GaitState", "data info")
-
-
-class _GaitView:
-    """What `envs.playground.gait_reader.GaitSignals` reads from an env, for this one (same signals as on MJX)."""
-
-    def __init__(self, env: "T1NativeVecEnv") -> None:
-        self.mj_model, self.dt, self._config, self._index = env.model, env.dt, env.config, env.index
-
-    def gait_signals(self, data, info) -> dict:
-        import jax.numpy as jnp
-
-        return t1_lowdim.feet_gait_signals(jnp, data.sensordata, self._index)
 
 
 def available() -> bool:
@@ -150,7 +134,7 @@ class T1NativeVecEnv:
         self.info: dict[str, np.ndarray] = {}
         self._sums = np.zeros((len(self.episode_metrics), self.num_envs))
         self._obs: tuple[np.ndarray, np.ndarray] | None = None
-        self._last: _GaitState | None = None
+        self._last: NativeGaitState | None = None
         self._gait_reader = None
         self._renderer = None
 
@@ -180,10 +164,14 @@ class T1NativeVecEnv:
         info["feet_air_time"] = info["feet_air_time"] + self.dt
         gravity, _ = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
         terminated = t1_lowdim.fallen(np, cfg.termination, gravity, state["qpos"], state["qvel"])
+        info["yaw_error_average"] = t1_lowdim.averaged_yaw_error(
+            np, cfg.reward_config, info["yaw_error_average"], sensordata=state["sensordata"], command=info["command"],
+            index=self.index, dt=self.dt)
         terms = t1_lowdim.reward_terms(
             np, cfg.reward_config, **state, projected_gravity=gravity, contacts=contacts, action=action,
             last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"],
-            done=terminated, index=self.index, default_pose=self._default_pose)
+            yaw_error_average=info["yaw_error_average"], done=terminated, index=self.index,
+            default_pose=self._default_pose)
         rewards, scaled = t1_lowdim.total_reward(np, terms, cfg.reward_config.scales, self.dt)
 
         # the next observation's command and gait phase, in the deploy code's order
@@ -198,7 +186,7 @@ class T1NativeVecEnv:
         info["pending_actions"] = t1_lowdim.shift_pending(np, info["pending_actions"], action)
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         final_actor, final_critic = self._observe(slice(None), state, contacts)
-        self._last = _GaitState(_GaitData(state["qpos"].copy(), state["qvel"].copy(),
+        self._last = NativeGaitState(NativeGaitData(state["qpos"].copy(), state["qvel"].copy(),
                                           self.batch.bind("qfrc_actuator").copy(), state["sensordata"].copy()),
                                 {"command": info["command"].copy()})
 
@@ -237,7 +225,7 @@ class T1NativeVecEnv:
 
             from envs.playground.gait_reader import GaitSignals
 
-            reader = GaitSignals(_GaitView(self))
+            reader = GaitSignals(NativeT1View(self))
             self._gait_reader = (jax.jit(jax.vmap(reader.per_step)), reader.static(1))
         per_step, static = self._gait_reader
         signals = per_step(self._last)
@@ -326,6 +314,7 @@ class T1NativeVecEnv:
             "pending_actions": np.zeros((n, t1_lowdim.max_action_delay(cfg), t1.NUM_LEG_JOINTS)),
             "command": np.zeros((n, 3)),
             "gait_process": np.zeros((n, 1)),
+            "yaw_error_average": np.zeros(n),
         }
         if not self.info:
             self.info = fresh

@@ -187,8 +187,9 @@ class T1NativeVecEnv:
         info["feet_air_time"] = info["feet_air_time"] * ~contacts
         final_actor, final_critic = self._observe(slice(None), state, contacts)
         self._last = NativeGaitState(NativeGaitData(state["qpos"].copy(), state["qvel"].copy(),
-                                          self.batch.bind("qfrc_actuator").copy(), state["sensordata"].copy()),
-                                {"command": info["command"].copy()})
+                                                    self.batch.bind("qfrc_actuator").copy(),
+                                                    state["sensordata"].copy()),
+                                     {"command": info["command"].copy()})
 
         time_outs = (info["step"] >= self.max_episode_steps) & ~terminated
         dones = terminated | time_outs

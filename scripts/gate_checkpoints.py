@@ -5,6 +5,7 @@
     python scripts/gate_checkpoints.py <run> --json gates.json     # also the rows as JSON
     python scripts/gate_checkpoints.py <run> --robust 20 --seed 0   # and 20 perturbed trials each (the robust gate)
     python scripts/gate_checkpoints.py <run> --robust 10 --gait-frequency 1.25   # deployed at another gait frequency
+    python scripts/gate_checkpoints.py <run> --robust 10 --average 3   # each checkpoint's mean actor with the 2 before it
 
 Eval return says how the policy does on the training task; the gate says whether the exported
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
@@ -49,10 +50,12 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
 
 
 def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0,
-             trials: int = 0, seed: int = 0, gait_frequency: float | None = None) -> dict:
+             trials: int = 0, seed: int = 0, gait_frequency: float | None = None, average: int = 1) -> dict:
     step = int(checkpoint.stem.split("_")[-1])
-    folder = f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
-    bundle = export_bundle(checkpoint, run_dir / "gated" / folder, force=True, gait_frequency=gait_frequency)
+    folder = (f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
+              + (f"_average{average}" if average > 1 else ""))
+    bundle = export_bundle(checkpoint, run_dir / "gated" / folder, force=True, gait_frequency=gait_frequency,
+                           average=average)
     loaded = sim2sim.load_bundle(bundle)
     report = sim2sim.run(loaded, seconds=seconds)
     row = {"step": step, "eval_return": returns.get(step), "passed": report.passed,
@@ -91,8 +94,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seed", type=int, default=0, help="seed of the robust trials' draws (default 0)")
     parser.add_argument("--gait-frequency", type=float, default=None, metavar="HZ",
                         help="deploy this gait frequency instead of the run's (inside its trained range)")
+    parser.add_argument("--average", type=int, default=1, metavar="K",
+                        help="gate the mean actor of each checkpoint and the K-1 before it (sim2real/policy_average.py)")
     args = parser.parse_args(argv)
+    if args.average < 1:
+        parser.error(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
     checkpoints = sorted((args.run / "checkpoints").glob("step_*.pt"))
+    checkpoints = checkpoints[args.average - 1:]  # the first K-1 have too few predecessors to average
     if args.last:
         checkpoints = checkpoints[-args.last:]
     if not checkpoints:
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6} {'robust':>7}  failures")
     for checkpoint in checkpoints:
         row = gate_row(checkpoint, args.run, args.seconds, returns, args.perturb, args.robust, args.seed,
-                       args.gait_frequency)
+                       args.gait_frequency, args.average)
         rows.append(row)
         failures = "; ".join(f"{k.split('/')[0]}: {', '.join(v)}" for k, v in row.items()
                              if k.endswith("/failures") and v)

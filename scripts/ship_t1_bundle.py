@@ -82,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates)")
     parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
+    parser.add_argument("--average", type=int, default=1, metavar="K",
+                        help="ship the mean actor of the checkpoint and the K-1 before it (sim2real/policy_average.py)")
     args = parser.parse_args(argv)
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
     if not checkpoint.is_file():
         parser.error(f"no checkpoint {checkpoint}")
     staging = args.out.with_name(args.out.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
-    export_bundle(checkpoint, staging)
+    export_bundle(checkpoint, staging, average=args.average)
     segments = sim2sim.sequence(args.both_sides)
     report = sim2sim.run(sim2sim.load_bundle(staging), segments=segments)
     sim2sim.print_report(report)

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from fast_td3.command_line import as_key_values
+from sim2real.policy_average import averaged_checkpoint
 
 BUNDLE_FORMAT = "fast-td3-policy-bundle/1"
 ONNX_META_KEY = "fast_td3_meta"
@@ -163,6 +164,8 @@ def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_
         },
         "exporter": {"fast_td3": __version__, "torch": torch.__version__},
     }
+    if "averaged_steps" in checkpoint:
+        meta["averaged_steps"] = checkpoint["averaged_steps"]
     if extras is not None:
         meta["deploy"] = extras["meta"]
     return meta
@@ -289,10 +292,11 @@ def check_bundle_out(out: Path, force: bool) -> None:
 
 
 def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", force: bool = False,
-                  use: str | None = None, say=None, gait_frequency: float | None = None) -> Path:
+                  use: str | None = None, say=None, gait_frequency: float | None = None, average: int = 1) -> Path:
     """Export a checkpoint file, or a run folder's best or latest checkpoint (`use`; None: best.pt
     when the run has one), into the bundle `out`; `say` gets a line naming the checkpoint;
-    `gait_frequency` (T1) the deploy gait frequency instead of the run's.
+    `gait_frequency` (T1) the deploy gait frequency instead of the run's; `average` > 1 the
+    mean actor of the checkpoint and the `average - 1` before it (`sim2real.policy_average`).
 
     Returns the bundle folder. Raises `ValueError` when the checkpoint's observation sizes
     disagree (actor, normaliser, envs, and for T1 the deploy observation layout),
@@ -308,6 +312,8 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     torch_device = resolve_device(device)  # a wrong device is reported before anything is read
     checkpoint_path, checkpoint, cfg = load_checkpoint(checkpoint, use, say, latest_option="use=latest")
     task = cfg.env.task
+    if average != 1:
+        checkpoint = averaged_checkpoint(checkpoint_path, checkpoint, average, cfg.algo.normalizer_eps)
     num_obs = _check_sizes(checkpoint, task)
     num_actions = int(checkpoint["env"]["num_actions"])
     extras = t1_bundle_extras(cfg, gait_frequency)
@@ -354,7 +360,7 @@ def load_bundle_policy(bundle_dir: str | Path) -> tuple[torch.jit.ScriptModule, 
 
 # --------------------------------------------------------------------------- command line
 USAGE = """usage: fast-td3-export checkpoint=<run folder or checkpoint file> out=<bundle folder> [use=best|latest]
-                       [device=cpu] [force=false] [gait_frequency=HZ]
+                       [device=cpu] [force=false] [gait_frequency=HZ] [average=K]
 
 Export a checkpoint's policy as a deployment bundle (policy.pt, policy.onnx, meta.json, and
 T1.yaml for T1 tasks).
@@ -367,10 +373,12 @@ T1.yaml for T1 tasks).
   force       true: replace a bundle folder this command wrote before (any other folder is refused)
   gait_frequency  T1: the gait frequency T1.yaml deploys [Hz], inside the trained range (default: the
               run's commands.deploy_gait_frequency)
+  average     K > 1: deploy the mean actor of the checkpoint (a step_<N>.pt) and the K - 1 checkpoints
+              before it in its folder, each read through the newest one's normaliser (default 1: itself)
 
 The other tools' spelling is read too: `fast-td3-export <run> <bundle> --use latest --force`.
 """
-_KEYS = ("checkpoint", "out", "use", "device", "force", "gait_frequency")
+_KEYS = ("checkpoint", "out", "use", "device", "force", "gait_frequency", "average")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -402,6 +410,8 @@ def _parse(argv: list[str]) -> dict[str, str]:
             float(args["gait_frequency"])
         except ValueError:
             _fail(f"gait_frequency must be a number in Hz, got {args['gait_frequency']!r}")
+    if not args.get("average", "1").isdigit() or int(args.get("average", "1")) < 1:
+        _fail(f"average must be a whole number of checkpoints, 1 or more, got {args['average']!r}")
     return args
 
 
@@ -411,11 +421,13 @@ def cli(argv: list[str] | None = None) -> None:
         bundle = export_bundle(args["checkpoint"], args["out"], args.get("device", "cpu"),
                                args.get("force", "false").lower() in _TRUE, args.get("use"),
                                say=lambda line: print(f"fast-td3-export: {line}", file=sys.stderr),
-                               gait_frequency=float(args["gait_frequency"]) if "gait_frequency" in args else None)
+                               gait_frequency=float(args["gait_frequency"]) if "gait_frequency" in args else None,
+                               average=int(args.get("average", "1")))
     except (FileNotFoundError, FileExistsError, ImportError, ValueError) as error:
         _fail(str(error))
     meta = json.loads((bundle / META_JSON).read_text())
-    print(f"exported {meta['task']} (step {meta['checkpoint_step']}, {meta['num_obs']} obs -> "
+    averaged = f", the mean actor of steps {meta['averaged_steps']}" if "averaged_steps" in meta else ""
+    print(f"exported {meta['task']} (step {meta['checkpoint_step']}{averaged}, {meta['num_obs']} obs -> "
           f"{meta['num_actions']} actions) to {bundle}")
     for path in sorted(bundle.iterdir()):
         print(f"  {path.name:<12} {path.stat().st_size:>10,d} bytes")

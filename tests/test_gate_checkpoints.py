@@ -48,3 +48,19 @@ def test_a_run_without_checkpoints_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         gate_checkpoints.main([str(tmp_path / "empty")])
     assert "has no checkpoints/step_*.pt" in capsys.readouterr().err
+
+
+def test_average_gates_each_checkpoints_mean_with_its_predecessors(tmp_path, capsys):
+    run = tmp_path / "run"
+    for step in (100, 200, 300):
+        save_untrained_t1_checkpoint(run, step)
+    (run / "metrics.jsonl").write_text("")
+    rows = gate_checkpoints.main([str(run), "--seconds", "1", "--average", "2"])
+    assert [row["step"] for row in rows] == [200, 300]  # step 100 has no predecessor to average with
+    for row in rows:
+        bundle = Path(row["bundle"])
+        assert bundle == run / "gated" / f"step_{row['step']:09d}_average2"
+        assert json.loads((bundle / "meta.json").read_text())["averaged_steps"] == [row["step"] - 100, row["step"]]
+    with pytest.raises(SystemExit):
+        gate_checkpoints.main([str(run), "--average", "0"])
+    assert "--average must be 1 or more" in capsys.readouterr().err

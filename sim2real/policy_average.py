@@ -1,0 +1,92 @@
+"""The deployed actor as the weight average of a run's last few checkpoints.
+
+Why: late in a T1 run the actor swings from checkpoint to checkpoint (robust pass rates of
+0.8, 0.1, 0.8 two thousand steps apart), so which checkpoint ships is partly luck. The mean
+of neighbouring actors (one run, a few thousand updates apart: the same basin) is a smoother
+policy than any one of them (the idea of stochastic weight averaging, applied at export).
+
+Each actor reads observations through its own running normaliser, so before averaging each
+one's first layer is rewritten to read the newest checkpoint's normalised observations. The
+normaliser is affine, `(x - mean) / (std + eps)`, so the rewrite is exact:
+`W z_i + b = (W * s_new / s_i) z_new + W (mean_new - mean_i) / s_i + b`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import torch
+
+ACTOR = "actor."
+FIRST_LAYER = "actor.net.0"
+NORMALIZER = "obs_normalizer"
+STEP_FILE = re.compile(r"step_(\d+)\.pt")
+
+
+def checkpoints_to_average(checkpoint: str | Path, count: int) -> list[Path]:
+    """`checkpoint` and the `count - 1` step_<N>.pt files before it in its folder, oldest first.
+    Raises ValueError when the folder holds fewer: an average of fewer actors than asked for
+    would ship silently as something else."""
+    checkpoint = Path(checkpoint)
+    if count < 1:
+        raise ValueError(f"average must be at least 1 (1: the checkpoint alone), got {count}")
+    match = STEP_FILE.fullmatch(checkpoint.name)
+    if count == 1:
+        return [checkpoint]
+    if match is None:
+        raise ValueError(f"average={count} needs a step_<N>.pt checkpoint (its predecessors are found by step), "
+                         f"got {checkpoint.name}")
+    step = int(match.group(1))
+    earlier = sorted((int(m.group(1)), p) for p in checkpoint.parent.glob("step_*.pt")
+                     if (m := STEP_FILE.fullmatch(p.name)) and int(m.group(1)) < step)
+    if len(earlier) < count - 1:
+        raise ValueError(f"average={count} needs {count - 1} checkpoints before step {step} in {checkpoint.parent}; "
+                         f"it holds {len(earlier)}")
+    return [p for _, p in earlier[-(count - 1):]] + [checkpoint]
+
+
+def _normalizer(modules: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if f"{NORMALIZER}.mean" not in modules:
+        return None
+    mean = modules[f"{NORMALIZER}.mean"].double()
+    return mean, modules[f"{NORMALIZER}.var"].double().sqrt() + eps
+
+
+def average_actor(states: list[dict], eps: float) -> dict:
+    """A copy of the newest checkpoint state (the last of `states`) whose actor is the mean of
+    all their actors, each first rewritten to read the newest one's normalised observations."""
+    newest = copy.deepcopy(states[-1])
+    modules = newest["agent"]["modules"]
+    target = _normalizer(modules, eps)
+    keys = [k for k in modules if k.startswith(ACTOR)]
+    total = {k: torch.zeros_like(modules[k], dtype=torch.float64) for k in keys}
+    for state in states:
+        own = state["agent"]["modules"]
+        missing = [k for k in keys if k not in own or own[k].shape != modules[k].shape]
+        if missing:
+            raise ValueError(f"checkpoint at step {state.get('global_step')} has another actor ({missing[0]}): "
+                             "only checkpoints of one run can be averaged")
+        weight, bias = own[f"{FIRST_LAYER}.weight"].double(), own[f"{FIRST_LAYER}.bias"].double()
+        source = _normalizer(own, eps)
+        if target is not None and source is not None:
+            (mean_new, scale_new), (mean_own, scale_own) = target, source
+            weight, bias = weight * (scale_new / scale_own), bias + weight @ ((mean_new - mean_own) / scale_own)
+        for k in keys:
+            value = {f"{FIRST_LAYER}.weight": weight, f"{FIRST_LAYER}.bias": bias}.get(k, own[k].double())
+            total[k] += value / len(states)
+    for k in keys:
+        modules[k] = total[k].to(modules[k].dtype)
+    newest["averaged_steps"] = [int(state["global_step"]) for state in states]
+    return newest
+
+
+def averaged_checkpoint(path: str | Path, state: dict, count: int, eps: float) -> dict:
+    """`state` (the checkpoint loaded from `path`) with its actor replaced by the mean of its
+    own and those of the `count - 1` checkpoints before it in its folder."""
+    from fast_td3.training import checkpoint as ckpt
+    from fast_td3.training.run_state import upgrade
+
+    earlier = checkpoints_to_average(path, count)[:-1]
+    return average_actor([upgrade(ckpt.load(p)) for p in earlier] + [state], eps)

@@ -14,15 +14,16 @@ normaliser is affine, `(x - mean) / (std + eps)`, so the rewrite is exact:
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 import torch
 
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.run_state import upgrade
+
 ACTOR = "actor."
 FIRST_LAYER = "actor.net.0"
 NORMALIZER = "obs_normalizer"
-STEP_FILE = re.compile(r"step_(\d+)\.pt")
 
 
 def checkpoints_to_average(checkpoint: str | Path, count: int) -> list[Path]:
@@ -32,19 +33,26 @@ def checkpoints_to_average(checkpoint: str | Path, count: int) -> list[Path]:
     checkpoint = Path(checkpoint)
     if count < 1:
         raise ValueError(f"average must be at least 1 (1: the checkpoint alone), got {count}")
-    match = STEP_FILE.fullmatch(checkpoint.name)
     if count == 1:
         return [checkpoint]
-    if match is None:
+    try:
+        step = ckpt.step_of(checkpoint)
+    except ValueError:
         raise ValueError(f"average={count} needs a step_<N>.pt checkpoint (its predecessors are found by step), "
-                         f"got {checkpoint.name}")
-    step = int(match.group(1))
-    earlier = sorted((int(m.group(1)), p) for p in checkpoint.parent.glob("step_*.pt")
-                     if (m := STEP_FILE.fullmatch(p.name)) and int(m.group(1)) < step)
+                         f"got {checkpoint.name}") from None
+    steps = {p: _step_or_none(p) for p in checkpoint.parent.glob("step_*.pt")}
+    earlier = sorted((p for p, s in steps.items() if s is not None and s < step), key=steps.get)
     if len(earlier) < count - 1:
         raise ValueError(f"average={count} needs {count - 1} checkpoints before step {step} in {checkpoint.parent}; "
                          f"it holds {len(earlier)}")
-    return [p for _, p in earlier[-(count - 1):]] + [checkpoint]
+    return earlier[-(count - 1):] + [checkpoint]
+
+
+def _step_or_none(path: Path) -> int | None:
+    try:
+        return ckpt.step_of(path)
+    except ValueError:
+        return None
 
 
 def _normalizer(modules: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -85,8 +93,5 @@ def average_actor(states: list[dict], eps: float) -> dict:
 def averaged_checkpoint(path: str | Path, state: dict, count: int, eps: float) -> dict:
     """`state` (the checkpoint loaded from `path`) with its actor replaced by the mean of its
     own and those of the `count - 1` checkpoints before it in its folder."""
-    from fast_td3.training import checkpoint as ckpt
-    from fast_td3.training.run_state import upgrade
-
     earlier = checkpoints_to_average(path, count)[:-1]
     return average_actor([upgrade(ckpt.load(p)) for p in earlier] + [state], eps)

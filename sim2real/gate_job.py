@@ -62,7 +62,7 @@ def _write(path: Path, record: dict[str, Any]) -> None:
 def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]:
     """Export `checkpoint` into a temporary bundle and play the robust gate on it."""
     from sim2real import robust, sim2sim
-    from sim2real.export import export_bundle
+    from sim2real.export import META_JSON, export_bundle
 
     ranges = robust.ranges_from_options(options)
     trials, seconds = int(options.get("trials", 10)), float(options.get("seconds", 10.0))
@@ -72,11 +72,14 @@ def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]
     folder = Path(tempfile.mkdtemp(prefix="gate-"))
     try:
         bundle = export_bundle(checkpoint, folder / "bundle")
+        meta = json.loads((bundle / META_JSON).read_text())
         report = robust.run(sim2sim.load_bundle(bundle), trials=trials, seed=seed, ranges=ranges, seconds=seconds,
                             min_pass_rate=min_pass_rate, on_trial=_exit_if_orphaned, segments=segments)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started},
+    averaged = len(meta.get("averaged_steps", [])) or 1  # gate.average: the actors in the mean
+    return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started,
+                                             "gate/averaged_actors": float(averaged)},
             "summary": report.summary(), "report": report.to_dict()}
 
 

@@ -55,11 +55,28 @@ def _step_or_none(path: Path) -> int | None:
         return None
 
 
+def actor_part(state: dict) -> dict:
+    """What `average_actor` reads of an earlier checkpoint state (its step, actor and observation
+    normaliser), on the CPU: a few hundred kB where the whole state holds critics and optimisers."""
+    modules = state["agent"]["modules"]
+    kept = {k: v.detach().cpu().clone() for k, v in modules.items() if k.startswith((ACTOR, NORMALIZER))}
+    return {"global_step": int(state["global_step"]), "agent": {"modules": kept}}
+
+
+def read_actor_part(path: str | Path) -> dict:
+    """An `actor_part` written by `fast_td3.training.checkpoint.save_atomic` (tensors only)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _float64(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().cpu().double()
+
+
 def _normalizer(modules: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
     if f"{NORMALIZER}.mean" not in modules:
         return None
-    mean = modules[f"{NORMALIZER}.mean"].double()
-    return mean, modules[f"{NORMALIZER}.var"].double().sqrt() + eps
+    mean = _float64(modules[f"{NORMALIZER}.mean"])
+    return mean, _float64(modules[f"{NORMALIZER}.var"]).sqrt() + eps
 
 
 def average_actor(states: list[dict], eps: float) -> dict:
@@ -69,23 +86,23 @@ def average_actor(states: list[dict], eps: float) -> dict:
     modules = newest["agent"]["modules"]
     target = _normalizer(modules, eps)
     keys = [k for k in modules if k.startswith(ACTOR)]
-    total = {k: torch.zeros_like(modules[k], dtype=torch.float64) for k in keys}
+    total = {k: torch.zeros(modules[k].shape, dtype=torch.float64) for k in keys}
     for state in states:
         own = state["agent"]["modules"]
         missing = [k for k in keys if k not in own or own[k].shape != modules[k].shape]
         if missing:
             raise ValueError(f"checkpoint at step {state.get('global_step')} has another actor ({missing[0]}): "
                              "only checkpoints of one run can be averaged")
-        weight, bias = own[f"{FIRST_LAYER}.weight"].double(), own[f"{FIRST_LAYER}.bias"].double()
+        weight, bias = _float64(own[f"{FIRST_LAYER}.weight"]), _float64(own[f"{FIRST_LAYER}.bias"])
         source = _normalizer(own, eps)
         if target is not None and source is not None:
             (mean_new, scale_new), (mean_own, scale_own) = target, source
             weight, bias = weight * (scale_new / scale_own), bias + weight @ ((mean_new - mean_own) / scale_own)
+        rewritten = {f"{FIRST_LAYER}.weight": weight, f"{FIRST_LAYER}.bias": bias}
         for k in keys:
-            value = {f"{FIRST_LAYER}.weight": weight, f"{FIRST_LAYER}.bias": bias}.get(k, own[k].double())
-            total[k] += value / len(states)
+            total[k] += (rewritten[k] if k in rewritten else _float64(own[k])) / len(states)
     for k in keys:
-        modules[k] = total[k].to(modules[k].dtype)
+        modules[k] = total[k].to(dtype=modules[k].dtype, device=modules[k].device)
     newest["averaged_steps"] = [int(state["global_step"]) for state in states]
     return newest
 

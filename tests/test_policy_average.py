@@ -129,3 +129,49 @@ def test_cli_exports_the_mean_actor_and_refuses_a_bad_count(run_dir, tmp_path, c
     with pytest.raises(SystemExit):
         export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'four'}", "average=4"])
     assert "holds 2" in capsys.readouterr().err
+
+
+def _gate_loop(run_path, start_step, average=2):
+    from fast_td3.training import checkpoint as ckpt
+    from fast_td3.training.config import EnvConfig, GateConfig, TrainConfig
+    from fast_td3.training.gate_loop import GateLoop
+
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain"),
+                      gate=GateConfig(interval=2, average=average), best_by="gate")
+    cfg.algo.normalizer_eps = EPS
+    loop = GateLoop(cfg, run_path, ckpt.CheckpointManager(run_path), start_step=start_step, say=lambda line: None)
+    # no child process (the files it would play are the subject), and each gate step taken at once
+    loop._start_waiting = lambda: setattr(loop, "waiting", None)
+    return loop
+
+
+def test_the_gate_in_the_loop_plays_the_mean_actor_of_its_last_gate_steps(run_dir, tmp_path):
+    """gate.average=2 on the fixture's steps 2, 4, 6: each gate checkpoint holds the mean actor of
+    its step and the one before (step 2 alone: none before it); step 4's mean is the policy of
+    steps 2 and 4 (one policy under two normalisers); a resume at step 4 sets step 6's actor aside."""
+    states = {s: torch.load(step_file(run_dir, s), weights_only=False) for s in (2, 4, 6)}
+    loop = _gate_loop(tmp_path, start_step=0)
+    gated = {}
+    for step, state in states.items():
+        loop.submit(step, state, eval_return=None)
+        gated[step] = tmp_path / "gate" / f"step_{step:09d}.pt"
+        assert torch.load(gated[step], weights_only=False)["averaged_steps"] == [step - 2, step][-len(gated):]
+    obs = raw_obs(seed=7)
+    assert torch.allclose(policy_of(gated[2]).act(obs), policy_of(step_file(run_dir, 2)).act(obs), atol=1e-6)
+    assert torch.allclose(policy_of(gated[4]).act(obs), policy_of(step_file(run_dir, 2)).act(obs), atol=1e-5)
+    newest = torch.load(gated[6], weights_only=False)["agent"]["modules"]
+    for key in (k for k in newest if k.startswith("actor.")):  # steps 4 and 6 share a normaliser: the plain mean
+        expected = (states[4]["agent"]["modules"][key] + states[6]["agent"]["modules"][key]) / 2
+        assert torch.allclose(newest[key], expected, atol=1e-6), key
+    actors = sorted(p.name for p in (tmp_path / "gate" / "actors").iterdir())
+    assert actors == ["step_000000004.pt", "step_000000006.pt"]  # step 2's actor is in no later mean
+
+    resumed = _gate_loop(tmp_path, start_step=4)
+    assert [p.name for p in (tmp_path / "gate" / "abandoned_4" / "actors").iterdir()] == ["step_000000006.pt"]
+    moved = states[6]["agent"]["modules"]["actor.net.2.weight"]
+    states[6]["agent"]["modules"]["actor.net.2.weight"] = moved + 1.0  # another history after the resume
+    resumed.submit(6, states[6], eval_return=None)
+    again = torch.load(gated[6], weights_only=False)
+    assert again["averaged_steps"] == [4, 6]
+    expected = (states[4]["agent"]["modules"]["actor.net.2.weight"] + moved + 1.0) / 2
+    assert torch.allclose(again["agent"]["modules"]["actor.net.2.weight"], expected, atol=1e-6)

@@ -256,7 +256,8 @@ def test_gate_settings_are_checked_with_the_config():
     for kwargs, message in (({"best_by": "gate"}, "best_by=gate needs the gate in the loop"),
                             ({"best_by": "latest"}, "best_by must be one of"),
                             ({"gate": GateConfig(interval=10, seconds=1.0)}, "gate.seconds must be > 2"),
-                            ({"gate": GateConfig(interval=10, min_pass_rate=1.5)}, "gate.min_pass_rate")):
+                            ({"gate": GateConfig(interval=10, min_pass_rate=1.5)}, "gate.min_pass_rate"),
+                            ({"gate": GateConfig(interval=10, average=0)}, "gate.average must be >= 1")):
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
             TrainConfig(env=t1_env, **kwargs)
     with pytest.raises(ConfigError, match="has none"):
@@ -345,7 +346,7 @@ def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path)
     train = subprocess.run(
         [str(BIN / "fast-td3-train"), "task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1", "total_steps=30",
          "algo.learning_starts=5", "eval_interval=10", "save_interval=10", "gate.interval=10", "gate.trials=1",
-         "gate.seconds=3", "gate.perturbations.push=off", "env.num_envs=4", "algo.batch_size=64", "eval_episodes=2",
+         "gate.seconds=3", "gate.perturbations.push=off", "gate.average=2", "env.num_envs=4", "algo.batch_size=64", "eval_episodes=2",
          "env.max_episode_steps=20", "algo.precision=fp32", f"hydra.run.dir={run_dir}"],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
@@ -362,7 +363,10 @@ def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path)
                                           verdicts[s]["eval_return"], s))
     best = ckpt.load(run_dir / "checkpoints" / "best.pt")
     assert best["global_step"] == ranked
-    assert "Gate at step 30:" in train.stdout and f"best gate   step {ranked}" in train.stdout
+    # gate.average=2: every gate after the first played the mean of its actor and the one 10 steps before
+    assert best["averaged_steps"] == ([10] if ranked == 10 else [ranked - 10, ranked])
+    assert [verdicts[s]["metrics"]["gate/averaged_actors"] for s in steps] == [1.0] + [2.0] * (len(steps) - 1)
+    assert "Gate at step 30 of the mean of 2 actors:" in train.stdout and f"best gate   step {ranked}" in train.stdout
     # a gate's recorded trial replays from its file (fast-td3-play --trial 0 --gate-report ...)
     draw, seconds = watch.trial_draw(None, 0, 0, 10.0, gate_report=run_dir / "gate" / f"step_{steps[-1]:09d}.json")
     assert seconds == 3.0 and asdict(draw) == verdicts[steps[-1]]["report"]["trials"][0]["draw"]

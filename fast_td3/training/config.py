@@ -106,6 +106,9 @@ class GateConfig:
     default sequence asks only for the left ones, and a policy can turn one way far better."""
     stop_after_passes: int = 0
     """Stop the run once this many gates in a row passed (0: never)."""
+    average: int = 1
+    """Gate, and keep as best.pt, the mean actor of this many gate steps, the current one and those
+    before it (`fast-td3-export average=K`; fewer at the first gates): 1 gates the current actor."""
     perturbations: Dict[str, str] = field(default_factory=dict)
     """Changes to the perturbation ranges, as fast-td3-sim2sim's options: gate.perturbations.push=off,
     gate.perturbations.floor_friction="'0.2,1.0'" (quoted for Hydra), gate.perturbations.physics=implicitfast."""
@@ -188,6 +191,8 @@ class TrainConfig:
         for name in ("interval", "trials", "seed", "stop_after_passes"):
             if getattr(gate, name) < 0:
                 problems.append(f"gate.{name} must be >= 0, got {getattr(gate, name)}")
+        if gate.average < 1:
+            problems.append(f"gate.average must be >= 1 (1: the current actor alone), got {gate.average}")
         if not gate.seconds > 2.0:
             problems.append(f"gate.seconds must be > 2 (tracking is judged after a 2 s settle), got {gate.seconds}")
         if not 0.0 <= gate.min_pass_rate <= 1.0:

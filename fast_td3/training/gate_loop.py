@@ -9,6 +9,10 @@ and is logged at step N as `gate/*` metrics. With `best_by=gate`, a verdict that
 every earlier one (a pass, then the robust pass rate, then a nominal pass, then eval return)
 becomes best.pt.
 
+With `gate.average=K` the gated state's actor is the mean of the actors of this gate step and
+the K - 1 before it (`sim2real.policy_average`; each gate step's own actor is kept in
+`<run>/gate/actors/` until K newer ones exist), so the verdicts, and best.pt, are the mean's.
+
 The folder is the gate's memory: a resumed run reads the verdicts up to its step back from it,
 restores best.pt from the best of them, logs one that arrived but was never logged, and gates
 again a checkpoint whose verdict never came.
@@ -33,6 +37,7 @@ from fast_td3.training.config import TrainConfig
 from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
 
 GATE_DIR = "gate"
+ACTORS_DIR = "actors"
 
 
 @dataclass
@@ -59,7 +64,9 @@ class GateVerdict:
         if self.error is not None:
             return f"Gate at step {self.step}: not played ({self.error})"
         m = self.metrics
-        return (f"Gate at step {self.step}: {'PASS' if self.passed else 'fail'} (nominal "
+        mean = int(m.get("gate/averaged_actors", 1))
+        of = f" of the mean of {mean} actors" if mean > 1 else ""
+        return (f"Gate at step {self.step}{of}: {'PASS' if self.passed else 'fail'} (nominal "
                 f"{'pass' if m['gate/nominal_passed'] else 'fail'}, robust pass rate {m['gate/robust_pass_rate']:.0%}, "
                 f"{m.get('gate/wall_s', float('nan')):.0f} s)")
 
@@ -107,7 +114,10 @@ class GateLoop:
         return bool(self.gate.stop_after_passes) and self.passes_in_a_row >= self.gate.stop_after_passes
 
     def submit(self, step: int, state: dict[str, Any], eval_return: float | None) -> None:
-        """Gate the state of global step `step` as soon as no other gate runs."""
+        """Gate the state of global step `step` (its mean actor with `gate.average` > 1) as soon as
+        no other gate runs."""
+        if self.gate.average > 1:
+            state = self._averaged(step, state)
         ckpt.save_atomic(state, self._checkpoint(step))
         if self.waiting is not None:
             self.say(f"Gate at step {self.waiting[0]} skipped: step {step} is newer and the gate was busy")
@@ -180,6 +190,21 @@ class GateLoop:
     def _result(self, step: int) -> Path:
         return self.folder / f"step_{step:09d}.json"
 
+    def _averaged(self, step: int, state: dict[str, Any]) -> dict[str, Any]:
+        """`state` with the mean actor of gate steps up to `step`, `gate.average` of them or as many
+        as there are; the actors of the steps before it come from `gate/actors/`, where this
+        step's joins them and the ones no later gate needs leave."""
+        from sim2real.policy_average import actor_part, average_actor, read_actor_part
+
+        actors = self.folder / ACTORS_DIR
+        actors.mkdir(exist_ok=True)
+        ckpt.save_atomic(actor_part(state), actors / f"step_{step:09d}.pt")
+        kept = sorted((p for p in actors.glob("step_*.pt") if step_of_file(p) <= step), key=step_of_file)
+        for stale in kept[:-self.gate.average]:
+            stale.unlink()
+        earlier = [read_actor_part(p) for p in kept[-self.gate.average:-1]]
+        return average_actor(earlier + [state], self.cfg.algo.normalizer_eps)
+
     def _forget(self, step: int) -> None:
         self._checkpoint(step).unlink(missing_ok=True)
 
@@ -220,12 +245,13 @@ class GateLoop:
         the next `poll()`; best.pt is the recalled best's again; a checkpoint whose verdict never
         came is gated again (the newest such, the others are dropped)."""
         logged = {int(r["step"]) for r in _metrics(self.folder.parent) if "gate/passed" in r}
-        later = [p for p in self.folder.glob("step_*") if step_of_file(p) > start_step]
-        if later:
-            aside = self.folder / f"abandoned_{start_step}"
-            aside.mkdir(exist_ok=True)
-            for path in later:
-                path.replace(aside / path.name)
+        for folder in (self.folder, self.folder / ACTORS_DIR):
+            later = [p for p in folder.glob("step_*") if step_of_file(p) > start_step]
+            if later:
+                aside = self.folder / f"abandoned_{start_step}" / folder.relative_to(self.folder)
+                aside.mkdir(parents=True, exist_ok=True)
+                for path in later:
+                    path.replace(aside / path.name)
         for result in sorted(self.folder.glob("step_*.json")):
             verdict = read_verdict(result, step_of_file(result))
             if verdict is None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fast_td3.training import checkpoint as ckpt  # noqa: E402
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
 from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
@@ -51,7 +52,7 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
 
 def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0,
              trials: int = 0, seed: int = 0, gait_frequency: float | None = None, average: int = 1) -> dict:
-    step = int(checkpoint.stem.split("_")[-1])
+    step = ckpt.step_of(checkpoint)
     folder = (f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
               + (f"_average{average}" if average > 1 else ""))
     bundle = export_bundle(checkpoint, run_dir / "gated" / folder, force=True, gait_frequency=gait_frequency,
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.average < 1:
         parser.error(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
-    checkpoints = sorted((args.run / "checkpoints").glob("step_*.pt"))
+    checkpoints = ckpt.step_files(args.run / ckpt.CHECKPOINT_DIR)
     checkpoints = checkpoints[args.average - 1:]  # the first K-1 have too few predecessors to average
     if args.last:
         checkpoints = checkpoints[-args.last:]

@@ -13,7 +13,6 @@ normaliser is affine, `(x - mean) / (std + eps)`, so the rewrite is exact:
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -40,19 +39,11 @@ def checkpoints_to_average(checkpoint: str | Path, count: int) -> list[Path]:
     except ValueError:
         raise ValueError(f"average={count} needs a step_<N>.pt checkpoint (its predecessors are found by step), "
                          f"got {checkpoint.name}") from None
-    steps = {p: _step_or_none(p) for p in checkpoint.parent.glob("step_*.pt")}
-    earlier = sorted((p for p, s in steps.items() if s is not None and s < step), key=steps.get)
+    earlier = [p for p in ckpt.step_files(checkpoint.parent) if ckpt.step_of(p) < step]
     if len(earlier) < count - 1:
         raise ValueError(f"average={count} needs {count - 1} checkpoints before step {step} in {checkpoint.parent}; "
                          f"it holds {len(earlier)}")
     return earlier[-(count - 1):] + [checkpoint]
-
-
-def _step_or_none(path: Path) -> int | None:
-    try:
-        return ckpt.step_of(path)
-    except ValueError:
-        return None
 
 
 def actor_part(state: dict) -> dict:
@@ -81,8 +72,10 @@ def _normalizer(modules: dict, eps: float) -> tuple[torch.Tensor, torch.Tensor] 
 
 def average_actor(states: list[dict], eps: float) -> dict:
     """A copy of the newest checkpoint state (the last of `states`) whose actor is the mean of
-    all their actors, each first rewritten to read the newest one's normalised observations."""
-    newest = copy.deepcopy(states[-1])
+    all their actors, each first rewritten to read the newest one's normalised observations.
+    Only the dicts down to the modules are copied: the actor gets new tensors and every other
+    tensor (critics, optimisers) is shared, so a GPU state is not doubled in memory."""
+    newest = _copy_down_to_modules(states[-1])
     modules = newest["agent"]["modules"]
     target = _normalizer(modules, eps)
     keys = [k for k in modules if k.startswith(ACTOR)]
@@ -105,6 +98,13 @@ def average_actor(states: list[dict], eps: float) -> dict:
         modules[k] = total[k].to(dtype=modules[k].dtype, device=modules[k].device)
     newest["averaged_steps"] = [int(state["global_step"]) for state in states]
     return newest
+
+
+def _copy_down_to_modules(state: dict) -> dict:
+    copied = dict(state)
+    copied["agent"] = dict(state["agent"])
+    copied["agent"]["modules"] = dict(state["agent"]["modules"])
+    return copied
 
 
 def averaged_checkpoint(path: str | Path, state: dict, count: int, eps: float) -> dict:

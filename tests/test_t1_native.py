@@ -164,7 +164,7 @@ def test_the_averaged_yaw_error_keeps_a_drift_and_drops_the_gaits_swing():
         average, seen = np.zeros(1), []
         for error in errors:
             sensors[0, index.gyro_adr[2]] = error
-            average = t1_lowdim.averaged_yaw_error(np, cfg, average, sensordata=sensors, command=command,
+            average = t1_lowdim.averaged_yaw_error(cfg, average, sensordata=sensors, command=command,
                                                    index=index, dt=dt)
             seen.append(float(average[0]))
         return np.array(seen)

@@ -359,7 +359,7 @@ def privileged_observation(xp, clean_actor, *, qpos, sensordata, site_xpos, leg_
     return xp.concatenate([parts[name].astype(clean_actor.dtype) for name, _ in PRIVILEGED_LAYOUT], axis=-1)
 
 
-def averaged_yaw_error(xp, cfg, average, *, sensordata, command, index: ModelIndex, dt: float):
+def averaged_yaw_error(cfg, average, *, sensordata, command, index: ModelIndex, dt: float):
     """The yaw-rate error (ω_z - cmd_wz) low-passed over `cfg.yaw_error_average_seconds`: what bends a walk
     into an arc; the gait's own yaw swing, which the per-step terms also pay for, averages out."""
     return average + min(1.0, dt / cfg.yaw_error_average_seconds) * (

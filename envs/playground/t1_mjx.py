@@ -132,7 +132,7 @@ class T1LowDimJoystick(MjxEnv):
         info["feet_air_time"] = info["feet_air_time"] + self.dt
         done = self._fallen(data)
         info["yaw_error_average"] = averaged_yaw_error(
-            jnp, self._config.reward_config, info["yaw_error_average"], sensordata=data.sensordata,
+            self._config.reward_config, info["yaw_error_average"], sensordata=data.sensordata,
             command=info["command"], index=self._index, dt=self.dt)
         terms = self._reward_terms(data, action, info, contacts, done)
         reward, rewards = total_reward(jnp, terms, self._config.reward_config.scales, self.dt)

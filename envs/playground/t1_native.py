@@ -165,7 +165,7 @@ class T1NativeVecEnv:
         gravity, _ = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
         terminated = t1_lowdim.fallen(np, cfg.termination, gravity, state["qpos"], state["qvel"])
         info["yaw_error_average"] = t1_lowdim.averaged_yaw_error(
-            np, cfg.reward_config, info["yaw_error_average"], sensordata=state["sensordata"], command=info["command"],
+            cfg.reward_config, info["yaw_error_average"], sensordata=state["sensordata"], command=info["command"],
             index=self.index, dt=self.dt)
         terms = t1_lowdim.reward_terms(
             np, cfg.reward_config, **state, projected_gravity=gravity, contacts=contacts, action=action,

@@ -155,6 +155,14 @@ def step_of(path: Path) -> int:
     return int(match.group(1))
 
 
+def step_files(folder: str | Path) -> list[Path]:
+    """The `step_<N>.pt` files in `folder`, by step (oldest first); none when it does not exist."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if _STEP_FILE.match(p.name)), key=step_of)
+
+
 class CheckpointManager:
     """`<run>/checkpoints/step_<N>.pt` files plus a `latest` pointer, keeping the newest `keep`.
 
@@ -247,9 +255,7 @@ class CheckpointManager:
 
     def all(self) -> list[Path]:
         """Checkpoint files, oldest first."""
-        if not self.dir.is_dir():
-            return []
-        return sorted((p for p in self.dir.iterdir() if _STEP_FILE.match(p.name)), key=step_of)
+        return step_files(self.dir)
 
     def latest(self) -> Path | None:
         """The newest `step_<N>.pt`. The files, not the `latest` pointer, decide: a process

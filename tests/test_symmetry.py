@@ -112,13 +112,14 @@ def mirror_state(env: T1NativeVecEnv, qpos, qvel, ctrl, info):
         info[name] = apply(t1.action_mirror(), info[name])
     info["feet_air_time"] = info["feet_air_time"][:, ::-1].copy()
     info["yaw_error_average"] = -info["yaw_error_average"]  # a yaw rate: flips
+    info["lin_vel_error_average"][:, 1] *= -1  # a body-frame velocity: its lateral part flips
     info["gait_process"] = np.mod(info["gait_process"] + 0.5, 1.0)
     info["clock"] = info["clock"] + 0.5 / info["active_frequency"]  # the next phase is half a cycle on
     return qpos, qvel, apply(joints, ctrl), info
 
 
-MIRRORED_SCALES = {"tracking_ang_vel_average": 1.0}
-"""The averaged yaw term on too (off by default): its running average is task state the mirror flips.
+MIRRORED_SCALES = {"tracking_ang_vel_average": 1.0, "tracking_lin_vel_average": 1.0}
+"""The averaged terms on too (off by default): their running averages are task state the mirror flips.
 (The sharp terms are left off: they magnify the model's own small left-right asymmetry to 6e-4.)"""
 
 

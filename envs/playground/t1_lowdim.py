@@ -70,6 +70,7 @@ def default_config() -> config_dict.ConfigDict:
             scales=config_dict.create(
                 tracking_lin_vel=1.0,   # exp(-|cmd_xy - v_xy|² / σ)
                 tracking_lin_vel_fine=0.0,  # the same with σ_lin_vel_fine (sharp); off unless a run asks for it
+                tracking_lin_vel_average=0.0,  # exp(-|ē_xy|² / σ_lin_vel_average), ē_xy the low-passed planar error; off unless asked
                 tracking_ang_vel=0.5,   # exp(-(cmd_wz - ω_z)² / σ_ang_vel)
                 tracking_ang_vel_fine=0.0,  # the same with σ_ang_vel_fine (sharp); off unless a run asks for it
                 tracking_ang_vel_average=0.0,  # exp(-ē² / σ_ang_vel_average), ē the low-passed yaw error; off unless asked
@@ -92,6 +93,9 @@ def default_config() -> config_dict.ConfigDict:
             tracking_sigma=0.25,
             # at 0.25, a sideways walk at a third of its 0.3 m/s command keeps ~85% of the term; at 0.0625, ~half
             tracking_sigma_lin_vel_fine=0.0625,
+            # a walk 0.1 m/s short of its command on average keeps e^-1 of it; the gait's sway averages out
+            tracking_sigma_lin_vel_average=0.01,
+            lin_vel_error_average_seconds=0.8,  # about one gait period at 1.25 Hz
             # the yaw-rate term's own σ: at 0.25, a forward walk that drifts 0.18 rad/s keeps 88%
             # of the term and walks a circle. A σ of 0.0625 alone made the drift cost but left a
             # robot that does not turn nearly nothing to climb (exp(-4)): two seeds had not learnt
@@ -359,15 +363,29 @@ def privileged_observation(xp, clean_actor, *, qpos, sensordata, site_xpos, leg_
     return xp.concatenate([parts[name].astype(clean_actor.dtype) for name, _ in PRIVILEGED_LAYOUT], axis=-1)
 
 
+def low_passed(average, error, *, dt: float, seconds: float):
+    """One step of a first-order low-pass (time constant `seconds`) of `error`."""
+    return average + min(1.0, dt / seconds) * (error - average)
+
+
 def averaged_yaw_error(cfg, average, *, sensordata, command, index: ModelIndex, dt: float):
     """The yaw-rate error (ω_z - cmd_wz) low-passed over `cfg.yaw_error_average_seconds`: what bends a walk
     into an arc; the gait's own yaw swing, which the per-step terms also pay for, averages out."""
-    return average + min(1.0, dt / cfg.yaw_error_average_seconds) * (
-        sensordata[..., index.gyro_adr][..., 2] - command[..., 2] - average)
+    return low_passed(average, sensordata[..., index.gyro_adr][..., 2] - command[..., 2],
+                      dt=dt, seconds=cfg.yaw_error_average_seconds)
+
+
+def averaged_planar_error(cfg, average, *, sensordata, command, index: ModelIndex, dt: float):
+    """The planar velocity error (v_xy - cmd_xy, body frame) low-passed over `cfg.lin_vel_error_average_seconds`:
+    a walk slower than its command (the sideways walk's shortfall, which the gate measures over a gait
+    period), without the sway of each step, which a per-step term pays for whatever the mean speed."""
+    return low_passed(average, sensordata[..., index.local_linvel_adr][..., :2] - command[..., :2],
+                      dt=dt, seconds=cfg.lin_vel_error_average_seconds)
 
 
 def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_torques, projected_gravity, contacts,
-                 action, last_action, command, gait_process, yaw_error_average, done, index: ModelIndex, default_pose):
+                 action, last_action, command, gait_process, yaw_error_average, lin_vel_error_average, done,
+                 index: ModelIndex, default_pose):
     """Every reward term, unscaled (`reward_config.scales` names them); `site_xmat` is `[..., nsite, 3, 3]`."""
     legs = index.legs
     local_vel = sensordata[..., index.local_linvel_adr]
@@ -392,6 +410,8 @@ def reward_terms(xp, cfg, *, qpos, qvel, sensordata, site_xpos, site_xmat, leg_t
     return {
         "tracking_lin_vel": xp.exp(-planar_error2 / cfg.tracking_sigma),
         "tracking_lin_vel_fine": xp.exp(-planar_error2 / cfg.tracking_sigma_lin_vel_fine),
+        "tracking_lin_vel_average": xp.exp(-xp.sum(xp.square(lin_vel_error_average), axis=-1)
+                                           / cfg.tracking_sigma_lin_vel_average),
         "tracking_ang_vel": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel),
         "tracking_ang_vel_fine": xp.exp(-yaw_error2 / cfg.tracking_sigma_ang_vel_fine),
         "tracking_ang_vel_average": xp.exp(-xp.square(yaw_error_average) / cfg.tracking_sigma_ang_vel_average),

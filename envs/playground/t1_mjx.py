@@ -17,8 +17,8 @@ from mujoco import mjx
 from mujoco_playground import MjxEnv, State
 
 from envs.playground.t1_lowdim import (
-    PLAYGROUND_SCENES, TERRAINS, ModelIndex, averaged_yaw_error, build_mj_model, check_rates, commands_from,
-    contacts_from, control_from, default_config, delayed_action, fallen, feet_gait_signals, initial_qpos,
+    PLAYGROUND_SCENES, TERRAINS, ModelIndex, averaged_planar_error, averaged_yaw_error, build_mj_model, check_rates,
+    commands_from, contacts_from, control_from, default_config, delayed_action, fallen, feet_gait_signals, initial_qpos,
     max_action_delay, mirror_maps, privileged_observation, reward_terms, shift_pending, total_reward,
 )
 from sim2real import t1
@@ -112,6 +112,7 @@ class T1LowDimJoystick(MjxEnv):
             "last_action": jnp.zeros(t1.NUM_LEG_JOINTS),
             "feet_air_time": jnp.zeros(2),
             "yaw_error_average": jnp.zeros(()),
+            "lin_vel_error_average": jnp.zeros(2),
             "push_steps": jnp.round(push_interval / self.dt).astype(jnp.int32),
             "action_delay": self._draw_action_delay(jax.random.fold_in(rng, DELAY_STREAM)),
             "pending_actions": jnp.zeros((max_action_delay(self._config), t1.NUM_LEG_JOINTS)),
@@ -133,6 +134,9 @@ class T1LowDimJoystick(MjxEnv):
         done = self._fallen(data)
         info["yaw_error_average"] = averaged_yaw_error(
             self._config.reward_config, info["yaw_error_average"], sensordata=data.sensordata,
+            command=info["command"], index=self._index, dt=self.dt)
+        info["lin_vel_error_average"] = averaged_planar_error(
+            self._config.reward_config, info["lin_vel_error_average"], sensordata=data.sensordata,
             command=info["command"], index=self._index, dt=self.dt)
         terms = self._reward_terms(data, action, info, contacts, done)
         reward, rewards = total_reward(jnp, terms, self._config.reward_config.scales, self.dt)
@@ -234,7 +238,8 @@ class T1LowDimJoystick(MjxEnv):
             site_xpos=data.site_xpos, site_xmat=data.site_xmat, leg_torques=data.qfrc_actuator[6:][self._legs],
             projected_gravity=self.projected_gravity(data), contacts=contacts, action=action,
             last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"], done=done,
-            yaw_error_average=info["yaw_error_average"], index=self._index, default_pose=self._default_pose)
+            yaw_error_average=info["yaw_error_average"], lin_vel_error_average=info["lin_vel_error_average"],
+            index=self._index, default_pose=self._default_pose)
 
     # -- domain randomisation (per-env models, used when the adapter's domain_randomization is on)
     def domain_randomize(self, model: mjx.Model, rng: jax.Array):

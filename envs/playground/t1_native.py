@@ -38,7 +38,7 @@ from sim2real import t1
 TASKS = tuple(t1_lowdim.TERRAINS)
 INFO_KEYS = ("target_command", "gait_frequency", "clock", "active_frequency", "command", "gait_process",
              "last_action", "feet_air_time", "step", "push_steps", "action_delay", "pending_actions",
-             "yaw_error_average")
+             "yaw_error_average", "lin_vel_error_average")
 """The per-env task state, named as in the MJX env's `State.info`."""
 
 
@@ -167,10 +167,14 @@ class T1NativeVecEnv:
         info["yaw_error_average"] = t1_lowdim.averaged_yaw_error(
             cfg.reward_config, info["yaw_error_average"], sensordata=state["sensordata"], command=info["command"],
             index=self.index, dt=self.dt)
+        info["lin_vel_error_average"] = t1_lowdim.averaged_planar_error(
+            cfg.reward_config, info["lin_vel_error_average"], sensordata=state["sensordata"], command=info["command"],
+            index=self.index, dt=self.dt)
         terms = t1_lowdim.reward_terms(
             np, cfg.reward_config, **state, projected_gravity=gravity, contacts=contacts, action=action,
             last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"],
-            yaw_error_average=info["yaw_error_average"], done=terminated, index=self.index,
+            yaw_error_average=info["yaw_error_average"], lin_vel_error_average=info["lin_vel_error_average"],
+            done=terminated, index=self.index,
             default_pose=self._default_pose)
         rewards, scaled = t1_lowdim.total_reward(np, terms, cfg.reward_config.scales, self.dt)
 
@@ -316,6 +320,7 @@ class T1NativeVecEnv:
             "command": np.zeros((n, 3)),
             "gait_process": np.zeros((n, 1)),
             "yaw_error_average": np.zeros(n),
+            "lin_vel_error_average": np.zeros((n, 2)),
         }
         if not self.info:
             self.info = fresh

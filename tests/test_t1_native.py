@@ -19,7 +19,7 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 
 from env_conformance import EnvContractTests  # noqa: E402
 
-from envs.playground import push_curriculum, t1_lowdim, t1_mjx  # noqa: E402
+from envs.playground import push_curriculum, t1_lowdim, t1_mjx, t1_rewards  # noqa: E402
 from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
@@ -164,7 +164,7 @@ def test_the_averaged_yaw_error_keeps_a_drift_and_drops_the_gaits_swing():
         average, seen = np.zeros(1), []
         for error in errors:
             sensors[0, index.gyro_adr[2]] = error
-            average = t1_lowdim.averaged_yaw_error(cfg, average, sensordata=sensors, command=command,
+            average = t1_rewards.averaged_yaw_error(cfg, average, sensordata=sensors, command=command,
                                                    index=index, dt=dt)
             seen.append(float(average[0]))
         return np.array(seen)
@@ -188,7 +188,7 @@ def test_the_averaged_planar_error_keeps_a_slow_walk_and_drops_the_sway():
     average, seen = np.zeros((1, 2)), []
     for step in range(1000):
         sensors[0, index.local_linvel_adr[1]] = 0.15 + 0.25 * np.sin(2 * np.pi * 1.25 * step * dt)
-        average = t1_lowdim.averaged_planar_error(cfg, average, sensordata=sensors, command=command, index=index, dt=dt)
+        average = t1_rewards.averaged_planar_error(cfg, average, sensordata=sensors, command=command, index=index, dt=dt)
         seen.append(average[0].copy())
     settled = np.array(seen[500:])
     assert abs(settled[:, 1].mean() + 0.15) < 0.005 and np.abs(settled[:, 1] + 0.15).max() < 0.25 / 6
@@ -436,7 +436,7 @@ def test_set_state_round_trips_the_task_state():
 
 
 # ------------------------------------------------------------------ fidelity to the MJX env
-# Both backends call the same maths (envs/playground/t1_lowdim.py's reward_terms, total_reward,
+# Both backends call the same maths (envs/playground/t1_rewards.py's reward_terms, total_reward,
 # privileged_observation, fallen, and sim2real.t1), so what this pins is everything around
 # it: the state each reads (sensors, sites, forces after the step), the order of reset and
 # step, the PD loop and target filter, the command/gait clock, the scales and the done

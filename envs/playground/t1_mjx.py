@@ -17,10 +17,11 @@ from mujoco import mjx
 from mujoco_playground import MjxEnv, State
 
 from envs.playground.t1_lowdim import (
-    PLAYGROUND_SCENES, TERRAINS, ModelIndex, averaged_planar_error, averaged_yaw_error, build_mj_model, check_rates,
-    commands_from, contacts_from, control_from, default_config, delayed_action, fallen, feet_gait_signals, initial_qpos,
-    max_action_delay, mirror_maps, privileged_observation, reward_terms, shift_pending, total_reward,
+    PLAYGROUND_SCENES, TERRAINS, ModelIndex, build_mj_model, check_rates, commands_from, contacts_from, control_from,
+    default_config, delayed_action, fallen, feet_gait_signals, initial_qpos, max_action_delay, mirror_maps,
+    privileged_observation, shift_pending,
 )
+from envs.playground.t1_rewards import averaged_planar_error, averaged_yaw_error, reward_terms, total_reward
 from sim2real import t1
 
 TURN_STREAM, DELAY_STREAM, PAYLOAD_STREAM, KD_STREAM = 0x7A2E, 0xDE1A, 0xBA5E, 0xCDCD

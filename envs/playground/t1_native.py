@@ -8,7 +8,7 @@ precision) and crosses to torch as float32. No JIT compile: the env is ready in 
 What is shared with the MJX env, not rewritten: the model (`build_mj_model`), the deployment
 contract (`sim2real.t1`: observation, actions to PD targets, command smoothing and gait clock),
 the state indices (`ModelIndex`) and the task's maths, written once against the array API
-(`reward_terms`, `total_reward`, `privileged_observation`, `fallen`, `contacts_from`). What is
+(`t1_rewards.py`'s `reward_terms` and `total_reward`; `privileged_observation`, `fallen`, `contacts_from`). What is
 written here again: the control flow of reset and step (same order as `T1LowDimJoystick.reset/step`)
 and the random draws (NumPy's generator, not JAX's: the two backends draw different but
 identically distributed commands, noise, pushes and resets). `tests/test_t1_native.py` pins the
@@ -29,7 +29,7 @@ import mujoco
 import numpy as np
 import torch
 
-from envs.playground import push_curriculum, t1_lowdim
+from envs.playground import push_curriculum, t1_lowdim, t1_rewards
 from envs.playground.gait_reader import NativeGaitData, NativeGaitState, NativeT1View
 from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError
@@ -164,19 +164,19 @@ class T1NativeVecEnv:
         info["feet_air_time"] = info["feet_air_time"] + self.dt
         gravity, _ = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
         terminated = t1_lowdim.fallen(np, cfg.termination, gravity, state["qpos"], state["qvel"])
-        info["yaw_error_average"] = t1_lowdim.averaged_yaw_error(
+        info["yaw_error_average"] = t1_rewards.averaged_yaw_error(
             cfg.reward_config, info["yaw_error_average"], sensordata=state["sensordata"], command=info["command"],
             index=self.index, dt=self.dt)
-        info["lin_vel_error_average"] = t1_lowdim.averaged_planar_error(
+        info["lin_vel_error_average"] = t1_rewards.averaged_planar_error(
             cfg.reward_config, info["lin_vel_error_average"], sensordata=state["sensordata"], command=info["command"],
             index=self.index, dt=self.dt)
-        terms = t1_lowdim.reward_terms(
+        terms = t1_rewards.reward_terms(
             np, cfg.reward_config, **state, projected_gravity=gravity, contacts=contacts, action=action,
             last_action=info["last_action"], command=info["command"], gait_process=info["gait_process"],
             yaw_error_average=info["yaw_error_average"], lin_vel_error_average=info["lin_vel_error_average"],
             done=terminated, index=self.index,
             default_pose=self._default_pose)
-        rewards, scaled = t1_lowdim.total_reward(np, terms, cfg.reward_config.scales, self.dt)
+        rewards, scaled = t1_rewards.total_reward(np, terms, cfg.reward_config.scales, self.dt)
 
         # the next observation's command and gait phase, in the deploy code's order
         info["step"] = info["step"] + 1

@@ -2,6 +2,7 @@
 
 import builtins
 import errno
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,6 +45,20 @@ def test_manager_keeps_the_newest_and_points_at_the_latest(tmp_path):
     # a stale pointer falls back to the newest file
     (tmp_path / "checkpoints" / "latest").write_text("step_000000999.pt")
     assert manager.latest().name == "step_000000015.pt"
+
+
+@pytest.mark.parametrize("name, step", [("step_000000015.pt", 15), ("step_000042000.json", 42000),
+                                        ("step_000042000.log", 42000), ("step_000000007.pt.tmp", 7)])
+def test_files_named_by_step_are_read_by_one_parser(name, step):
+    assert ckpt.step_in_name(Path(name)) == step
+    if name.endswith(".pt"):
+        assert ckpt.step_of(Path(name)) == step
+
+
+@pytest.mark.parametrize("name", ["best.pt", "step_12x.pt", "steps_12.pt", "latest"])
+def test_a_file_not_named_by_step_is_refused(name):
+    with pytest.raises(ValueError, match="step_<N>"):
+        ckpt.step_in_name(Path(name))
 
 
 def test_only_the_newest_checkpoint_keeps_the_replay_buffer(tmp_path):

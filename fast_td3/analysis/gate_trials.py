@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fast_td3.training.gate_loop import GATE_DIR, step_of_file
+from fast_td3.training.checkpoint import step_in_name
+from fast_td3.training.gate_loop import GATE_DIR
 from sim2real.perturbations import TrialDraw
 
 PASS, FAIL, FELL = ".", "x", "F"
@@ -81,7 +82,7 @@ def read_reports(run_dir: str | Path, since_step: int = 0) -> list[tuple[int, di
     """(step, report) of every verdict in the run's gate folder from `since_step` on, by step."""
     found = []
     for path in sorted((Path(run_dir) / GATE_DIR).glob("step_*.json")):
-        step = step_of_file(path)
+        step = step_in_name(path)
         if step < since_step:
             continue
         try:

@@ -48,6 +48,7 @@ FIXED_KEYS = ("env.suite", "env.task", "seed")
 BUFFER_KEY = "buffer"
 """The replay buffer's entry in a `save_buffer` checkpoint (the newest one only)."""
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+_STEP_NAME = re.compile(r"^step_(\d+)(?:\.|$)")
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -152,6 +153,15 @@ def step_of(path: Path) -> int:
     match = _STEP_FILE.match(Path(path).name)
     if not match:
         raise ValueError(f"{path} is not a step_<N>.pt checkpoint")
+    return int(match.group(1))
+
+
+def step_in_name(path: Path) -> int:
+    """The global step a `step_<N>` file is named for, whatever its suffix: the gate's verdicts
+    (`.json`), logs (`.log`) and kept actors (`.pt`) are named by step like the checkpoints."""
+    match = _STEP_NAME.match(Path(path).name)
+    if not match:
+        raise ValueError(f"{path} is not named step_<N>[.<suffix>]")
     return int(match.group(1))
 
 

@@ -199,7 +199,7 @@ class GateLoop:
         actors = self.folder / ACTORS_DIR
         actors.mkdir(exist_ok=True)
         ckpt.save_atomic(actor_part(state), actors / f"step_{step:09d}.pt")
-        kept = sorted((p for p in actors.glob("step_*.pt") if step_of_file(p) <= step), key=step_of_file)
+        kept = sorted((p for p in actors.glob("step_*.pt") if ckpt.step_in_name(p) <= step), key=ckpt.step_in_name)
         for stale in kept[:-self.gate.average]:
             stale.unlink()
         earlier = [read_actor_part(p) for p in kept[-self.gate.average:-1]]
@@ -246,14 +246,14 @@ class GateLoop:
         came is gated again (the newest such, the others are dropped)."""
         logged = {int(r["step"]) for r in _metrics(self.folder.parent) if "gate/passed" in r}
         for folder in (self.folder, self.folder / ACTORS_DIR):
-            later = [p for p in folder.glob("step_*") if step_of_file(p) > start_step]
+            later = [p for p in folder.glob("step_*") if ckpt.step_in_name(p) > start_step]
             if later:
                 aside = self.folder / f"abandoned_{start_step}" / folder.relative_to(self.folder)
                 aside.mkdir(parents=True, exist_ok=True)
                 for path in later:
                     path.replace(aside / path.name)
         for result in sorted(self.folder.glob("step_*.json")):
-            verdict = read_verdict(result, step_of_file(result))
+            verdict = read_verdict(result, ckpt.step_in_name(result))
             if verdict is None:
                 continue
             if verdict.step not in logged:
@@ -269,7 +269,7 @@ class GateLoop:
             else:
                 self.best = None  # its file is gone: eval return keeps best.pt until the next verdict
         known = {v.step for v in self.verdicts + self._unlogged}
-        unjudged = sorted(step_of_file(p) for p in self.folder.glob("step_*.pt") if step_of_file(p) not in known)
+        unjudged = sorted(ckpt.step_in_name(p) for p in self.folder.glob("step_*.pt") if ckpt.step_in_name(p) not in known)
         for step in unjudged[:-1]:
             self._forget(step)
         if unjudged:
@@ -297,11 +297,6 @@ def read_verdict(path: Path, step: int) -> GateVerdict | None:
     if "error" in record:
         return GateVerdict(step, {}, error=record["error"])
     return GateVerdict(step, record["metrics"], eval_return=record.get("eval_return"))
-
-
-def step_of_file(path: Path) -> int:
-    """The global step in a gate file's name (`step_<N>.pt`, `.json` or `.log`)."""
-    return int(path.name.split(".")[0].split("_")[1])
 
 
 def eval_return_at(run_dir: Path, step: int) -> float | None:

@@ -53,6 +53,9 @@ def test_files_named_by_step_are_read_by_one_parser(name, step):
     assert ckpt.step_in_name(Path(name)) == step
     if name.endswith(".pt"):
         assert ckpt.step_of(Path(name)) == step
+    else:  # a checkpoint is a finished step_<N>.pt: a verdict or a half-written .tmp is not one
+        with pytest.raises(ValueError, match=r"step_<N>\.pt checkpoint"):
+            ckpt.step_of(Path(name))
 
 
 @pytest.mark.parametrize("name", ["best.pt", "step_12x.pt", "steps_12.pt", "latest"])

@@ -150,10 +150,10 @@ def describe_os_error(error: OSError) -> str:
 
 
 def step_of(path: Path) -> int:
-    match = _STEP_FILE.match(Path(path).name)
-    if not match:
+    """The global step of a `step_<N>.pt` checkpoint (`step_in_name`, held to the `.pt` suffix)."""
+    if not _STEP_FILE.match(Path(path).name):
         raise ValueError(f"{path} is not a step_<N>.pt checkpoint")
-    return int(match.group(1))
+    return step_in_name(path)
 
 
 def step_in_name(path: Path) -> int:

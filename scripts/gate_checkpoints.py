@@ -6,6 +6,7 @@
     python scripts/gate_checkpoints.py <run> --robust 20 --seed 0   # and 20 perturbed trials each (the robust gate)
     python scripts/gate_checkpoints.py <run> --robust 10 --gait-frequency 1.25   # deployed at another gait frequency
     python scripts/gate_checkpoints.py <run> --robust 10 --average 3   # each checkpoint's mean actor with the 2 before it
+    python scripts/gate_checkpoints.py <run> --robust 20 --steps 50000 52000   # just these checkpoints (shipping candidates)
 
 Eval return says how the policy does on the training task; the gate says whether the exported
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("run", type=Path, help="a T1LowDimJoystick* run folder")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per joystick segment (default 20)")
     parser.add_argument("--last", type=int, default=0, help="only the last N checkpoints (default all)")
+    parser.add_argument("--steps", type=int, nargs="+", default=None, metavar="STEP",
+                        help="only the checkpoints of these global steps (before --last)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
     parser.add_argument("--perturb", type=int, default=0,
                         help="also N gate runs with 1e-3 observation noise: how many pass (a margin probe)")
@@ -102,6 +105,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
     checkpoints = ckpt.step_files(args.run / ckpt.CHECKPOINT_DIR)
     checkpoints = checkpoints[args.average - 1:]  # the first K-1 have too few predecessors to average
+    if args.steps:
+        by_step = {ckpt.step_of(path): path for path in checkpoints}
+        missing = sorted(set(args.steps) - set(by_step))
+        if missing:
+            averaged = (f" (with --average {args.average}: those with {args.average - 1} before them)"
+                        if args.average > 1 else "")
+            parser.error(f"no checkpoint of step {', '.join(map(str, missing))} in {args.run / ckpt.CHECKPOINT_DIR}; "
+                         f"its steps{averaged}: {', '.join(map(str, by_step)) or 'none'}")
+        checkpoints = [by_step[step] for step in sorted(set(args.steps))]
     if args.last:
         checkpoints = checkpoints[-args.last:]
     if not checkpoints:

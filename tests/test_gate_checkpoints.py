@@ -64,3 +64,15 @@ def test_average_gates_each_checkpoints_mean_with_its_predecessors(tmp_path, cap
     with pytest.raises(SystemExit):
         gate_checkpoints.main([str(run), "--average", "0"])
     assert "--average must be 1 or more" in capsys.readouterr().err
+
+
+def test_steps_picks_checkpoints_by_global_step_and_names_the_ones_there(tmp_path, capsys):
+    run = tmp_path / "run"
+    for step in (100, 200, 300):
+        save_untrained_t1_checkpoint(run, step)
+    (run / "metrics.jsonl").write_text("")
+    rows = gate_checkpoints.main([str(run), "--seconds", "1", "--steps", "300", "100"])
+    assert [row["step"] for row in rows] == [100, 300]  # in step order, step 200 left out
+    with pytest.raises(SystemExit):
+        gate_checkpoints.main([str(run), "--steps", "100", "250"])
+    assert "no checkpoint of step 250" in (err := capsys.readouterr().err) and "its steps: 100, 200, 300" in err

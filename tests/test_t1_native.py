@@ -767,6 +767,20 @@ def test_training_draws_from_the_robust_gates_ranges():
     assert config.noise_config.scales.to_dict() == perturbations.OBSERVATION_NOISE_SCALES
 
 
+def test_the_robust_recipe_departs_from_the_gates_ranges_only_by_harder_kicks():
+    """`preset=cpu_t1_robust` writes its kick range out ([0.1, 1.2]): it must start at the gate's
+    smallest kick and reach past its largest, so the gate never kicks a size training did not,
+    and it overrides no other range (those stay the gate's, test above)."""
+    from test_precision import composed
+
+    overrides = composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust").env.options.config_overrides
+    low, high = perturbations.PUSH_SPEED
+    kicks = list(overrides.push_config.magnitude_range)
+    assert kicks[0] == low and kicks[1] > high, (kicks, perturbations.PUSH_SPEED)
+    assert set(overrides.push_config) == {"magnitude_range"} and "randomization" not in overrides
+    assert set(overrides.get("action_delay", {})) <= {"enable"}  # switched on, its range the gate's
+
+
 def test_an_action_delay_of_one_step_drives_the_pd_loop_with_the_previous_action():
     delayed = native(2, 4, config_overrides={"noise_config": {"level": 0.0},
                                              "action_delay": {"enable": True, "steps_range": [1, 1]}})

@@ -18,6 +18,7 @@ pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not instal
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import gate_checkpoints  # noqa: E402
+from sim2real import sim2sim  # noqa: E402
 from helpers import save_untrained_t1_checkpoint  # noqa: E402
 
 
@@ -38,9 +39,12 @@ def test_the_last_checkpoints_are_exported_gated_and_written_as_rows(tmp_path, c
         assert not row["passed"] and row["robust_pass_rate"] == 0.0 and not row["robust_passed"]
         assert row["seconds_walked"] < 4 * 3  # an untrained policy falls before the sequence ends
         assert len(row["failed_trials"]) == 1
+        # it fell standing, before any moving segment: the bar names the failed gates
+        assert row["below_the_bar"] == ["the nominal gate failed", "robust pass rate 0% < 90%"]
         assert row["stand/failures"] and row["stand/lin_vel_error"] is None  # fell: no error to report
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].split()[:3] == ["200", "-", "fail"] and printed[2].split()[:3] == ["300", "1.50", "fail"]
+    assert printed[0].split()[-2:] == ["bar", "failures"] and printed[2].split()[6] == "short"
 
 
 def test_a_run_without_checkpoints_is_refused(tmp_path, capsys):
@@ -76,3 +80,29 @@ def test_steps_picks_checkpoints_by_global_step_and_names_the_ones_there(tmp_pat
     with pytest.raises(SystemExit):
         gate_checkpoints.main([str(run), "--steps", "100", "250"])
     assert "no checkpoint of step 250" in (err := capsys.readouterr().err) and "its steps: 100, 200, 300" in err
+
+
+def test_both_sides_plays_the_mirrored_segments_in_both_gates(tmp_path, monkeypatch):
+    """`--both-sides` hands the ship's sequence (`sim2sim.both_sides()`) to the nominal and the
+    robust gate; without it both play the gate's own `SEGMENTS`."""
+    run = tmp_path / "run"
+    save_untrained_t1_checkpoint(run, 100)
+    (run / "metrics.jsonl").write_text("")
+    played = []
+
+    def recording(gate, real):
+        def play(*args, **kwargs):
+            played.append((gate, tuple(name for name, _ in kwargs.get("segments", sim2sim.SEGMENTS))))
+            return real(*args, **kwargs)
+        return play
+
+    monkeypatch.setattr(sim2sim, "run", recording("nominal", sim2sim.run))
+    monkeypatch.setattr(gate_checkpoints.robust, "run", recording("robust", gate_checkpoints.robust.run))
+    gate_checkpoints.main([str(run), "--seconds", "1", "--robust", "1", "--both-sides"])
+    mirrored = tuple(name for name, _ in sim2sim.both_sides())
+    assert mirrored[-2:] == ("sideways_mirrored", "turn_mirrored")
+    assert played[:2] == [("nominal", mirrored), ("robust", mirrored)]
+    played.clear()
+    gate_checkpoints.main([str(run), "--seconds", "1", "--robust", "1"])
+    assert played[:2] == [("nominal", ("stand", "forward", "sideways", "turn")),
+                          ("robust", ("stand", "forward", "sideways", "turn"))]

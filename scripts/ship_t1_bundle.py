@@ -2,7 +2,7 @@
 
     python scripts/ship_t1_bundle.py runs/T1LowDimJoystickFlatTerrain/<run> --step 60000
     python scripts/ship_t1_bundle.py <run> --step 60000 --out sim2real/pretrained/t1_robust \\
-        --robust 20 --seeds <run> <other runs of the recipe...>
+        --robust 20 --both-sides --seeds <run> <other runs of the recipe...> --note "each alone, default threads"
 
 Writes to `--out` (default `sim2real/pretrained/t1_flat`): the export bundle (`policy.pt`,
 `policy.onnx`, `T1.yaml`, `meta.json`), the full sim-to-sim gate's report (`sim2sim.json`),
@@ -14,8 +14,10 @@ precision the run resolved. With `--robust N`, also the robust gate's report ove
 mean tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward
 coverage at least 75%. `--both-sides` plays the step and the turn to the right too, in both
 gates (`sim2sim.both_sides()`). With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
-(scripts/recipe_table.py). Exits 1, shipping nothing, when the gate (or the bar) fails, unless
-`--allow-fail` (then `training.json` says so).
+(scripts/recipe_table.py), and under `seeds/<task>/<run>/` the files each row is computed from
+(`config.yaml`, the overrides, `metrics.jsonl.gz`): the rows can be recomputed from the bundle
+after the run folders are gone (a run folder lives on one machine). Exits 1, shipping nothing,
+when the gate (or the bar) fails, unless `--allow-fail` (then `training.json` says so).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fast_td3.files import json_safe  # noqa: E402
-from fast_td3.training.metrics_log import read_metrics  # noqa: E402
+from fast_td3.training.metrics_log import METRICS_FILE, read_metrics  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 import recipe_table  # noqa: E402  (scripts/, beside this file)
-from fast_td3.analysis.report_runs import find_runs  # noqa: E402
+from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED  # noqa: E402
+from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
 from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 
@@ -70,6 +73,24 @@ def plot_curve(records: list[dict], step: int, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def archive_run(run_dir: Path, seeds_dir: Path) -> Path:
+    """The files `recipe_table.row` reads from a run folder, copied to `seeds_dir/<task>/<run>/`
+    (the metrics gzipped): the evidence behind a seeds.json row, in the bundle."""
+    kept = seeds_dir / run_dir.parent.name / run_dir.name
+    kept.mkdir(parents=True)
+    for name in ("config.yaml", *OVERRIDES_FILES):
+        if (run_dir / name).is_file():
+            (kept / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(run_dir / name, kept / name)
+    gzip_copy(run_dir / METRICS_FILE, kept / (METRICS_FILE + ".gz"))
+    return kept
+
+
+def gzip_copy(source: Path, target: Path) -> None:
+    with open(source, "rb") as plain, gzip.open(target, "wb") as packed:
+        shutil.copyfileobj(plain, packed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path)
@@ -82,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates)")
     parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
+    parser.add_argument("--note", default="", help="how the seeds ran (alone or two at a time, threads), in each row")
     parser.add_argument("--average", type=int, default=1, metavar="K",
                         help="ship the mean actor of the checkpoint and the K-1 before it (sim2real/policy_average.py)")
     args = parser.parse_args(argv)
@@ -114,18 +136,20 @@ def main(argv: list[str] | None = None) -> int:
             print("nothing shipped (--allow-fail ships it, marked as falling short)")
             return 1
     if args.seeds:
-        rows = [recipe_table.row(run) for run in find_runs(args.seeds)]
+        # each row from the copy the bundle keeps: the row and its evidence cannot differ
+        rows = [recipe_table.row(archive_run(run, staging / "seeds"), args.note) for run in find_runs(args.seeds)]
         (staging / "seeds.json").write_text(json.dumps(json_safe(rows), indent=1) + "\n")
     records = read_metrics(args.run)
     config = yaml.safe_load((args.run / "config.yaml").read_text())
-    at_step = [r for r in records if r["step"] == args.step]
+    # the training records at the checkpoint's step, not the gate's verdict on it (logged later)
+    at_step = [r for r in records if r["step"] == args.step and GATE_PASSED not in r]
     evals = [r for r in records if "eval/return_mean" in r and r["step"] <= args.step]
     info = {
         "command": recipe_table.training_command(args.run),
         "seed": config["seed"],
         "checkpoint_step": args.step,
-        "env_steps": at_step[-1]["env_steps"] if at_step else None,
-        "wall_seconds": at_step[-1]["time"] if at_step else None,
+        "env_steps": at_step[0]["env_steps"] if at_step else None,
+        "wall_seconds": at_step[0]["time"] if at_step else None,
         "eval_return": evals[-1]["eval/return_mean"] if evals else None,
         "eval_episode_length": evals[-1]["eval/length_mean"] if evals else None,
         "cpu_model": config.get("resolved", {}).get("cpu") or cpu_model(),  # the run's, else this machine's
@@ -140,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (staging / "training.json").write_text(json.dumps(json_safe(info), indent=2))
     shutil.copy(args.run / "config.yaml", staging / "train_config.yaml")
-    with open(args.run / "metrics.jsonl", "rb") as source, gzip.open(staging / "metrics.jsonl.gz", "wb") as target:
-        shutil.copyfileobj(source, target)
+    gzip_copy(args.run / METRICS_FILE, staging / (METRICS_FILE + ".gz"))
     title = (f"{config['env']['task']}, seed {config['seed']}, {info['cpu_model']}, "
              f"{config.get('resolved', {}).get('torch_threads', '?')} threads")
     plot_curve(records, args.step, staging / "curve.png", title)

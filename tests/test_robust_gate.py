@@ -471,3 +471,37 @@ def test_ship_t1_bundle_plays_the_right_side_when_asked(tmp_path, both_sides):
     info = json.loads((out / "training.json").read_text())
     assert info["gate_segments"] == expected and info["gate_passed"] is False and info["checkpoint_step"] == 10
     assert {"policy.onnx", "meta.json", "T1.yaml", "curve.png", "metrics.jsonl.gz"} <= {p.name for p in out.iterdir()}
+
+
+def test_ship_t1_bundle_keeps_the_evidence_each_seeds_row_is_computed_from(tmp_path):
+    """`--seeds` writes seeds.json and, under `seeds/<task>/<run>/`, the files each row came from:
+    with the run folder gone, the bundle's copy gives the same row."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import recipe_table
+    import ship_t1_bundle
+
+    from fast_td3.files import json_safe
+
+    run = tmp_path / "T1LowDimJoystickFlatTerrain" / "2026-12-06_13-06-08_3"
+    _t1_shaped_run(run)
+    (run / "overrides.yaml").write_text(yaml.safe_dump(["task=T1LowDimJoystickFlatTerrain", "seed=3",
+                                                        f"out_dir={tmp_path}"]))
+    with open(run / "metrics.jsonl", "a") as metrics:
+        metrics.write(json.dumps({"step": 10, "env_steps": 20, "time": 1.5, "gate/passed": 1.0, "gate/nominal_passed": 1.0,
+                                  "gate/robust_pass_rate": 0.9, "gate/trials": 10.0}) + "\n")
+    out = tmp_path / "shipped"
+    assert ship_t1_bundle.main([str(run), "--step", "10", "--out", str(out), "--allow-fail", "--seeds", str(run),
+                                "--note", "alone on the machine"]) == 0
+    assert json.loads((out / "training.json").read_text())["wall_seconds"] == 1.0  # the checkpoint's, not the verdict's
+    (row,) = json.loads((out / "seeds.json").read_text())
+    assert row["command"] == "fast-td3-train task=T1LowDimJoystickFlatTerrain seed=3"  # no machine's out_dir
+    assert row["first_robust_pass"] == {"step": 10, "minutes": 0.0} and row["robust_pass_rate_latest"] == 0.9
+    kept = out / "seeds" / "T1LowDimJoystickFlatTerrain" / "2026-12-06_13-06-08_3"
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "metrics.jsonl.gz", "overrides.yaml"]
+    import shutil
+
+    shutil.rmtree(run)
+    assert row["note"] == "alone on the machine"
+    assert json.loads(json.dumps(json_safe(recipe_table.row(kept, row["note"])))) == row
+    # the bundle is no run itself (its own metrics.jsonl.gz sits beside train_config.yaml): its seeds are
+    assert recipe_table.find_runs([out]) == [kept.resolve()]

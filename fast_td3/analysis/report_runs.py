@@ -51,20 +51,28 @@ class RunSummary:
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:
-    """Run folders (holding metrics.jsonl) among `paths`, or below them (a sweep folder)."""
+    """Run folders among `paths`, or below them (a sweep folder, a shipped bundle's `seeds/`)."""
     runs: list[Path] = []
     for p in map(Path, paths):
         if not p.exists():
             raise ReportError(f"{p}: no such folder")
-        if (p / METRICS_FILE).is_file():
+        if is_run(p):
             runs.append(p)
         else:
-            found = sorted(f.parent for f in p.rglob(METRICS_FILE))
+            found = sorted({f.parent for name in (METRICS_FILE, METRICS_FILE + ".gz") for f in p.rglob(name)
+                            if is_run(f.parent)})
             if not found:
                 raise ReportError(f"{p}: no run folders (folders holding {METRICS_FILE}) in it")
             runs.extend(found)
     unique = list(dict.fromkeys(r.resolve() for r in runs))
     return unique
+
+
+def is_run(folder: Path) -> bool:
+    """A run folder holds metrics.jsonl; a run kept as evidence, its config.yaml and the metrics
+    gzipped (a shipped bundle also holds metrics.jsonl.gz, beside train_config.yaml: not a run)."""
+    return (folder / METRICS_FILE).is_file() or (
+        (folder / (METRICS_FILE + ".gz")).is_file() and (folder / "config.yaml").is_file())
 
 
 def override_key(override: str) -> str:

@@ -8,6 +8,7 @@ its keys are listed in docs/runs.md.
 
 from __future__ import annotations
 
+import gzip
 import json
 import netrc
 import os
@@ -47,7 +48,7 @@ def resolve_wandb_mode(mode: str) -> str:
 
 def _parse_lines(path: Path) -> list[dict[str, Any]]:
     records = []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
         for line in f:
             try:
                 records.append(json.loads(line))
@@ -57,8 +58,11 @@ def _parse_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's metrics.jsonl (for scripts, tests and reports)."""
-    return _parse_lines(Path(run_dir) / METRICS_FILE)
+    """All records of a run's metrics.jsonl (for scripts, tests and reports); a run kept as
+    evidence (a shipped bundle's `seeds/`) holds it gzipped."""
+    path = Path(run_dir) / METRICS_FILE
+    gzipped = path.with_name(METRICS_FILE + ".gz")
+    return _parse_lines(gzipped if not path.is_file() and gzipped.is_file() else path)
 
 
 def rewind_metrics(path: Path, step: int) -> float:

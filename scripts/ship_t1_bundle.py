@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fast_td3.files import json_safe  # noqa: E402
-from fast_td3.training.metrics_log import METRICS_FILE, read_metrics  # noqa: E402
+from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 import recipe_table  # noqa: E402  (scripts/, beside this file)
 from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED  # noqa: E402
@@ -82,7 +82,7 @@ def archive_run(run_dir: Path, seeds_dir: Path) -> Path:
         if (run_dir / name).is_file():
             (kept / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(run_dir / name, kept / name)
-    gzip_copy(run_dir / METRICS_FILE, kept / (METRICS_FILE + ".gz"))
+    gzip_copy(run_dir / METRICS_FILE, kept / KEPT_METRICS_FILE)
     return kept
 
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     (staging / "training.json").write_text(json.dumps(json_safe(info), indent=2))
     shutil.copy(args.run / "config.yaml", staging / "train_config.yaml")
-    gzip_copy(args.run / METRICS_FILE, staging / (METRICS_FILE + ".gz"))
+    gzip_copy(args.run / METRICS_FILE, staging / KEPT_METRICS_FILE)
     title = (f"{config['env']['task']}, seed {config['seed']}, {info['cpu_model']}, "
              f"{config.get('resolved', {}).get('torch_threads', '?')} threads")
     plot_curve(records, args.step, staging / "curve.png", title)

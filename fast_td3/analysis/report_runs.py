@@ -11,7 +11,7 @@ from typing import Any
 
 from fast_td3.analysis.diagnostics import DIAGNOSTICS_DIR
 from fast_td3.analysis.gait_metrics import METRIC_NAMES
-from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
+from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics
 
 RETURN_KEY = "eval/return_mean"
 GAIT_PREFIX = "eval/gait/"
@@ -59,7 +59,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         if is_run(p):
             runs.append(p)
         else:
-            found = sorted({f.parent for name in (METRICS_FILE, METRICS_FILE + ".gz") for f in p.rglob(name)
+            found = sorted({f.parent for name in (METRICS_FILE, KEPT_METRICS_FILE) for f in p.rglob(name)
                             if is_run(f.parent)})
             if not found:
                 raise ReportError(f"{p}: no run folders (folders holding {METRICS_FILE}) in it")
@@ -72,7 +72,7 @@ def is_run(folder: Path) -> bool:
     """A run folder holds metrics.jsonl; a run kept as evidence, its config.yaml and the metrics
     gzipped (a shipped bundle also holds metrics.jsonl.gz, beside train_config.yaml: not a run)."""
     return (folder / METRICS_FILE).is_file() or (
-        (folder / (METRICS_FILE + ".gz")).is_file() and (folder / "config.yaml").is_file())
+        (folder / KEPT_METRICS_FILE).is_file() and (folder / "config.yaml").is_file())
 
 
 def override_key(override: str) -> str:

@@ -26,6 +26,8 @@ from fast_td3.files import json_safe
 from fast_td3.training.config import LoggerConfig
 
 METRICS_FILE = "metrics.jsonl"
+KEPT_METRICS_FILE = METRICS_FILE + ".gz"
+"""A run kept as evidence (a shipped bundle's `seeds/`) holds its metrics gzipped."""
 WANDB_ID_FILE = "wandb_id.txt"
 
 
@@ -61,7 +63,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """All records of a run's metrics.jsonl (for scripts, tests and reports); a run kept as
     evidence (a shipped bundle's `seeds/`) holds it gzipped."""
     path = Path(run_dir) / METRICS_FILE
-    gzipped = path.with_name(METRICS_FILE + ".gz")
+    gzipped = path.with_name(KEPT_METRICS_FILE)
     return _parse_lines(gzipped if not path.is_file() and gzipped.is_file() else path)
 
 

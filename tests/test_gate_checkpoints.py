@@ -84,7 +84,8 @@ def test_steps_picks_checkpoints_by_global_step_and_names_the_ones_there(tmp_pat
 
 def test_both_sides_plays_the_mirrored_segments_in_both_gates(tmp_path, monkeypatch):
     """`--both-sides` hands the ship's sequence (`sim2sim.both_sides()`) to the nominal and the
-    robust gate; without it both play the gate's own `SEGMENTS`."""
+    robust gate; without it both play the gate's own `SEGMENTS`. The nominal walk is played once
+    per checkpoint: the robust gate's own nominal play is the row's."""
     run = tmp_path / "run"
     save_untrained_t1_checkpoint(run, 100)
     (run / "metrics.jsonl").write_text("")
@@ -96,13 +97,17 @@ def test_both_sides_plays_the_mirrored_segments_in_both_gates(tmp_path, monkeypa
             return real(*args, **kwargs)
         return play
 
-    monkeypatch.setattr(sim2sim, "run", recording("nominal", sim2sim.run))
+    monkeypatch.setattr(sim2sim, "run", recording("play", sim2sim.run))
     monkeypatch.setattr(gate_checkpoints.robust, "run", recording("robust", gate_checkpoints.robust.run))
     gate_checkpoints.main([str(run), "--seconds", "1", "--robust", "1", "--both-sides"])
     mirrored = tuple(name for name, _ in sim2sim.both_sides())
     assert mirrored[-2:] == ("sideways_mirrored", "turn_mirrored")
-    assert played[:2] == [("nominal", mirrored), ("robust", mirrored)]
+    # the robust gate, inside it the nominal play and one trial: no second nominal play
+    assert played == [("robust", mirrored), ("play", mirrored), ("play", mirrored)]
     played.clear()
     gate_checkpoints.main([str(run), "--seconds", "1", "--robust", "1"])
-    assert played[:2] == [("nominal", ("stand", "forward", "sideways", "turn")),
-                          ("robust", ("stand", "forward", "sideways", "turn"))]
+    plain = ("stand", "forward", "sideways", "turn")
+    assert played == [("robust", plain), ("play", plain), ("play", plain)]
+    played.clear()
+    gate_checkpoints.main([str(run), "--seconds", "1"])
+    assert played == [("play", plain)]

@@ -9,6 +9,7 @@ trials that passed (about a minute on 2 cores); the slow tier plays all 20.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ import pytest
 pytest.importorskip("mujoco")
 pytest.importorskip("torch")
 
-from sim2real import robust, sim2sim  # noqa: E402
-from sim2real.perturbations import PerturbationRanges  # noqa: E402
+from fast_td3.files import json_safe  # noqa: E402
+from sim2real import perturbations, robust, sim2sim, watch  # noqa: E402
+from sim2real.perturbations import PerturbationRanges, TrialDraw  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "sim2real" / "pretrained" / "t1_robust"
@@ -41,27 +43,34 @@ def test_the_robust_bundle_passes_the_nominal_gate_with_margin(bundle):
 
 def test_two_recorded_robust_trials_replay_and_pass(bundle, recorded):
     """The two recorded passing trials with the widest margin on the planar error: played again
-    from the same draws, they pass (a change to the robot, the perturbations or the policy's
-    inputs shows up here before the slow tier's 20 trials)."""
+    from the same draws and the same joystick sequence (both sides), they pass (a change to the
+    robot, the perturbations or the policy's inputs shows up here before the slow tier's 20
+    trials). The recorded draws are today's: the ranges and seed 0 draw them again."""
     assert recorded["seed"] == 0 and len(recorded["trials"]) == 20 and recorded["robust_pass_rate"] >= 0.9
     ranges = PerturbationRanges()
     assert recorded["ranges"] == ranges.to_dict()  # shipped under today's default ranges
+    segments = watch.recorded_segments(BUNDLE / "sim2sim_robust.json")
+    assert segments == sim2sim.both_sides()  # shipped on both sides, as the ship's --both-sides plays them
+    links, duration = robust.num_links(bundle), robust.sequence_seconds(recorded["seconds"], segments)
     passing = [t for t in recorded["trials"] if t["passed"]]
     widest = sorted(passing, key=lambda t: max(s["lin_vel_error"] or 0.0 for s in t["segments"]))[:2]
     for trial in widest:
-        draw = robust.draw(bundle, ranges, 0, trial["trial"], recorded["seconds"])
-        report = sim2sim.run(bundle, seconds=recorded["seconds"], draw=draw)
+        draw = TrialDraw(**trial["draw"])
+        assert draw == perturbations.draw_trial(ranges, 0, trial["trial"], links, duration)
+        report = sim2sim.run(bundle, seconds=recorded["seconds"], segments=segments, draw=draw)
         assert report.passed, (trial["trial"], [s.failures for s in report.segments])
 
 
 @pytest.mark.slow
 def test_the_robust_bundle_passes_the_robust_gate_it_shipped_on(bundle, recorded):
-    """All 20 trials of seed 0. Where this machine reproduces the recording bit for bit (the
-    nominal errors equal to the last digit), every trial's verdict must be the recorded one.
-    Elsewhere 80 s of contact-rich simulation diverge from a last-bit difference in a matmul:
-    on the recording machine, observations perturbed by 1e-6 gave 18-19 of 20 passing trials
-    with different trials failing, so one trial of slack (0.85) is allowed there."""
-    report = robust.run(bundle, trials=20, seed=0)
+    """All 20 trials of seed 0, on the sequence it shipped on. Where this machine reproduces the
+    recording bit for bit (the nominal errors equal to the last digit), every trial's verdict
+    must be the recorded one. Elsewhere 120 s of contact-rich simulation diverge from a last-bit
+    difference in a matmul: on the recording machine of an earlier bundle, observations
+    perturbed by 1e-6 gave 18-19 of 20 passing trials with different trials failing, so one
+    trial of slack (0.85) is allowed there."""
+    segments = watch.recorded_segments(BUNDLE / "sim2sim_robust.json")
+    report = robust.run(bundle, trials=20, seed=0, segments=segments)
     assert report.nominal.passed
     same_floats = [s.lin_vel_error for s in report.nominal.segments] == [
         s["lin_vel_error"] for s in recorded["nominal"]["segments"]]
@@ -92,6 +101,13 @@ def test_the_shipped_evidence_is_complete():
     assert {row["seed"] for row in seeds} >= {0, 1, 2} and all(row["cpu"] for row in seeds)
     assert all(not row["run"].startswith("/") for row in seeds)  # folder names, not one machine's paths
     assert any(row["command"] == info["command"] for row in seeds)  # the shipped run is one of the rows
+    # each row is what its kept evidence (seeds/<task>/<run>/: config, overrides, metrics) says
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import recipe_table
+
+    for row in seeds:
+        recomputed = json.loads(json.dumps(json_safe(recipe_table.row(BUNDLE / "seeds" / row["run"], row["note"]))))
+        assert row == recomputed, row["run"]
     for name in ("policy.pt", "policy.onnx", "meta.json", "T1.yaml", "sim2sim.json", "curve.png", "train_config.yaml"):
         assert (BUNDLE / name).is_file(), name
 

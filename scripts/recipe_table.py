@@ -30,14 +30,14 @@ sys.path.insert(0, str(ROOT))
 
 from fast_td3.analysis.gate_summary import describe_pass, gate_summary  # noqa: E402
 from fast_td3.analysis.gate_trials import trial_matrix  # noqa: E402
-from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
+from fast_td3.analysis.report_runs import find_runs, overrides_file  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
 
 
 def training_command(run_dir: Path) -> str:
     """The `fast-td3-train` line that reproduces the run (its overrides, without the output folder)."""
-    found = next((run_dir / name for name in OVERRIDES_FILES if (run_dir / name).is_file()), None)
+    found = overrides_file(run_dir)
     overrides = yaml.safe_load(found.read_text()) if found else []
     kept = [o for o in overrides if o.split("=")[0].lstrip("+") not in ("out_dir", "resume")]
     return "fast-td3-train " + " ".join(shlex.quote(o) for o in kept)

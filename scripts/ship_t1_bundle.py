@@ -40,7 +40,7 @@ from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 import recipe_table  # noqa: E402  (scripts/, beside this file)
 from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED  # noqa: E402
-from fast_td3.analysis.report_runs import OVERRIDES_FILES, find_runs  # noqa: E402
+from fast_td3.analysis.report_runs import find_runs, overrides_file  # noqa: E402
 from sim2real import robust, sim2sim  # noqa: E402
 from sim2real.export import export_bundle  # noqa: E402
 
@@ -78,10 +78,12 @@ def archive_run(run_dir: Path, seeds_dir: Path) -> Path:
     (the metrics gzipped): the evidence behind a seeds.json row, in the bundle."""
     kept = seeds_dir / run_dir.parent.name / run_dir.name
     kept.mkdir(parents=True)
-    for name in ("config.yaml", *OVERRIDES_FILES):
-        if (run_dir / name).is_file():
-            (kept / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(run_dir / name, kept / name)
+    overrides = overrides_file(run_dir)  # the one recipe_table reads the command from
+    for source in (run_dir / "config.yaml", overrides):
+        if source is not None and source.is_file():
+            target = kept / source.relative_to(run_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
     gzip_copy(run_dir / METRICS_FILE, kept / KEPT_METRICS_FILE)
     return kept
 

@@ -486,6 +486,8 @@ def test_ship_t1_bundle_keeps_the_evidence_each_seeds_row_is_computed_from(tmp_p
     _t1_shaped_run(run)
     (run / "overrides.yaml").write_text(yaml.safe_dump(["task=T1LowDimJoystickFlatTerrain", "seed=3",
                                                         f"out_dir={tmp_path}"]))
+    (run / ".hydra").mkdir(exist_ok=True)  # Hydra's own copy: not kept twice
+    (run / ".hydra" / "overrides.yaml").write_text((run / "overrides.yaml").read_text())
     with open(run / "metrics.jsonl", "a") as metrics:
         metrics.write(json.dumps({"step": 10, "env_steps": 20, "time": 1.5, "gate/passed": 1.0, "gate/nominal_passed": 1.0,
                                   "gate/robust_pass_rate": 0.9, "gate/trials": 10.0}) + "\n")

@@ -79,19 +79,23 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def overrides_file(run_dir: Path) -> Path | None:
+    """The file holding a run's command-line overrides: the first of `OVERRIDES_FILES` it has."""
+    return next((run_dir / name for name in OVERRIDES_FILES if (run_dir / name).is_file()), None)
+
+
 def read_overrides(run_dir: Path) -> dict[str, str]:
     """key -> value of a run's command-line overrides (`++`/`+` prefixes dropped)."""
     from omegaconf import OmegaConf
 
-    for name in OVERRIDES_FILES:
-        path = run_dir / name
-        if path.is_file():
-            out = {}
-            for item in OmegaConf.to_container(OmegaConf.load(path), resolve=False):
-                item = str(item)
-                out[override_key(item)] = item.split("=", 1)[1] if "=" in item else ""
-            return out
-    return {}
+    path = overrides_file(run_dir)
+    if path is None:
+        return {}
+    out = {}
+    for item in OmegaConf.to_container(OmegaConf.load(path), resolve=False):
+        item = str(item)
+        out[override_key(item)] = item.split("=", 1)[1] if "=" in item else ""
+    return out
 
 
 def load_run(run_dir: Path) -> RunSummary:

@@ -31,6 +31,7 @@ from fast_td3.training import distributed
 from fast_td3.training.checkpoint import CheckpointMismatchError
 from fast_td3.training.config import TrainConfig, config_dict
 from fast_td3.training.collector import Collector
+from fast_td3.training.contention import CoreMonitor
 from fast_td3.training.episodes import episode_means
 from fast_td3.training.eval_diagnostics import evaluate_in_run
 from fast_td3.training.evaluation import write_video
@@ -101,6 +102,7 @@ class Runner:
         self._first_update_in_interval = False
         self._updated_in_this_process = False
         self.gate: GateLoop | None = None  # the deploy gate while training (rank 0, gate.interval > 0)
+        self.cores: CoreMonitor | None = None  # the torch threads beside other processes (contention.py)
 
     # ================================================================ the loop
     def train(self) -> dict[str, float]:
@@ -108,7 +110,8 @@ class Runner:
         cfg = self.cfg
         self._logger = logger = self._logger or self._make_logger()
         obs, critic_obs = self._reset_envs()
-        interval = IntervalClock(self.global_step, on_pause=logger.paused_for)
+        self.cores = cores = CoreMonitor(logger.note, torch.set_num_threads, torch.get_num_threads())
+        interval = IntervalClock(self.global_step, on_pause=lambda s: (logger.paused_for(s), cores.paused_for(s)))
         if cfg.gate.interval and self.ranks.is_main:
             self.gate = GateLoop(cfg, self.run_dir, self.checkpoints, self.global_step, logger.note)
         try:
@@ -118,6 +121,7 @@ class Runner:
                     self.global_step += 1
                     if self.learning_started():
                         self.learn()
+                        cores.tend(self.global_step)
                     logger.advance(self.global_step)
                     if self._due(cfg.logger.log_interval):
                         self._stop_if_non_finite()
@@ -207,6 +211,8 @@ class Runner:
         metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
         metrics.update(interval.rates(self.global_step, self.env.num_envs * self.ranks.world_size,
                                       self._updates_since_log, self._first_update_in_interval))
+        if self.cores is not None:
+            metrics.update(self.cores.metrics())
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._logger.log(self.global_step, metrics)

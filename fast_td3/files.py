@@ -98,3 +98,36 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+class OutputRefused(ValueError):
+    """An output path a command may not write: it names what is wrong and that nothing was touched."""
+
+
+def check_output_file(path: str | Path, written_by_us, command: str) -> Path:
+    """`path` as a file this command may write, checked before any work: its folder exists and is
+    writable, and it is missing or a file `written_by_us(path)` recognises as this command's own
+    output (anything else, such as a run's metrics or a bundle's meta.json, is refused)."""
+    path = Path(path).expanduser()
+    folder = path.absolute().parent
+    if path.is_dir():
+        raise OutputRefused(f"{path} is a folder: name a file in it ({command} wrote nothing)")
+    if not folder.is_dir():
+        raise OutputRefused(f"{path}: its folder {folder} does not exist; create it or name another file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputRefused(f"{path}: its folder {folder} is not writable; name a file in a folder you may write")
+    if path.is_symlink() or (path.exists() and not (path.is_file() and written_by_us(path))):
+        raise OutputRefused(f"{path} exists and was not written by {command}: nothing was touched; "
+                            "remove it yourself or name another file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputRefused(f"{path} is read-only; name another file")
+    return path
+
+
+def starts_with(path: Path, marker: bytes, limit: int = 4096) -> bool:
+    """Whether `marker` appears in the first `limit` bytes of the file (how a command knows its own output)."""
+    try:
+        with open(path, "rb") as f:
+            return marker in f.read(limit)
+    except OSError:
+        return False

@@ -17,7 +17,11 @@ gates (`sim2sim.both_sides()`). With `--seeds RUN...`, `seeds.json`: one row per
 (scripts/recipe_table.py), and under `seeds/<task>/<run>/` the files each row is computed from
 (`config.yaml`, the overrides, `metrics.jsonl.gz`): the rows can be recomputed from the bundle
 after the run folders are gone (a run folder lives on one machine). Exits 1, shipping nothing,
-when the gate (or the bar) fails, unless `--allow-fail` (then `training.json` says so).
+when the gate (or the bar) fails, unless `--allow-fail` (then `training.json` says so). It
+writes only what it owns: `--out` is new, empty, or a bundle it shipped before (`--force`
+replaces that); anything else, or a folder that is, holds or lies in a run it reads, is refused
+before any work (exit 2). Staging happens in a fresh `.<out>.staging-*` folder, removed on
+every way out.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import gzip
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -42,8 +47,10 @@ import recipe_table  # noqa: E402  (scripts/, beside this file)
 from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED  # noqa: E402
 from fast_td3.analysis.report_runs import find_runs, overrides_file  # noqa: E402
 from sim2real import robust, sim2sim  # noqa: E402
-from sim2real.export import export_bundle  # noqa: E402
+from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, export_bundle  # noqa: E402
 
+T1_TASK_PREFIX = "T1LowDimJoystick"
+"""The tasks whose checkpoints export to a T1 deploy bundle (sim2real/export.py, `t1_bundle_extras`)."""
 DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
 
 
@@ -93,11 +100,87 @@ def gzip_copy(source: Path, target: Path) -> None:
         shutil.copyfileobj(plain, packed)
 
 
+SHIPPED_FILES = frozenset({*BUNDLE_FILES, "sim2sim.json", "sim2sim_robust.json", "seeds.json", "seeds", "training.json",
+                           "train_config.yaml", KEPT_METRICS_FILE, "curve.png"})
+"""Everything this command writes into `--out`: the only folder it replaces (with --force) holds nothing else."""
+
+
+class ShipRefused(ValueError):
+    """Bad input, found before any work: one line, exit 2, nothing touched."""
+
+
+def is_shipped_bundle(folder: Path) -> bool:
+    """A folder this command wrote: only its files, among them the bundle and training.json."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    names = {p.name for p in folder.iterdir()}
+    return names <= SHIPPED_FILES and {POLICY_PT, META_JSON, "training.json"} <= names
+
+
+def check_out(out: Path, sources: list[Path], force: bool) -> None:
+    """Refuse an `--out` that would delete what this command did not write: a run folder it reads
+    (or a folder holding one), a file, a folder of other files; a shipped bundle only with --force."""
+    target = out.resolve()
+    for source in sources:
+        source = source.resolve()
+        if target == source or target in source.parents or source in target.parents:
+            raise ShipRefused(f"--out {out} is, holds or lies inside the run folder {source}: name a new folder")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ShipRefused(f"--out {out} exists and is not a folder: name a new folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not is_shipped_bundle(out):
+        raise ShipRefused(f"--out {out} holds files this command did not write: nothing was touched; name a new folder")
+    if not force:
+        raise ShipRefused(f"--out {out} holds a shipped bundle: --force replaces it")
+
+
+def check_args(args: argparse.Namespace) -> Path:
+    """The checkpoint to ship, after every input was checked (nothing written yet)."""
+    for name in ("robust", "average"):
+        if getattr(args, name) < (1 if name == "average" else 0):
+            raise ShipRefused(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number >= "
+                              f"{1 if name == 'average' else 0}")
+    if args.robust_seed < 0 or args.step < 0:
+        raise ShipRefused("--step and --robust-seed must be whole numbers >= 0")
+    checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
+    if not checkpoint.is_file():
+        raise ShipRefused(f"no checkpoint {checkpoint}")
+    for run in [args.run, *args.seeds]:
+        if not (run / "config.yaml").is_file() or not (run / METRICS_FILE).is_file():
+            raise ShipRefused(f"{run} is not a run folder (no config.yaml and {METRICS_FILE})")
+    task = str((yaml.safe_load((args.run / "config.yaml").read_text()) or {}).get("env", {}).get("task"))
+    if not task.startswith(T1_TASK_PREFIX):
+        raise ShipRefused(f"{args.run} trained {task}; this command ships {T1_TASK_PREFIX}* runs")
+    check_out(args.out, [args.run, *args.seeds], args.force)
+    if not args.out.absolute().parent.is_dir():
+        raise ShipRefused(f"--out {args.out}: its folder {args.out.absolute().parent} does not exist")
+    return checkpoint
+
+
+def replace_folder(staging: Path, out: Path) -> None:
+    """Put `staging` at `out`; a bundle already there (checked to be one) is set aside, then removed."""
+    old = None
+    if out.is_dir():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+        out.rename(old / out.name)
+    try:
+        staging.rename(out)
+    except OSError:
+        if old is not None:
+            (old / out.name).rename(out)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--force", action="store_true", help="replace a bundle this command shipped to --out before")
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
     parser.add_argument("--robust", type=int, default=0, help="robust gate trials (0: none)")
     parser.add_argument("--robust-seed", type=int, default=0)
@@ -109,17 +192,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--average", type=int, default=1, metavar="K",
                         help="ship the mean actor of the checkpoint and the K-1 before it (sim2real/policy_average.py)")
     args = parser.parse_args(argv)
-    checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
-    if not checkpoint.is_file():
-        parser.error(f"no checkpoint {checkpoint}")
-    staging = args.out.with_name(args.out.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        checkpoint = check_args(args)
+    except ShipRefused as error:
+        print(f"ship_t1_bundle: error: {error}", file=sys.stderr)
+        return 2
+    # staging is this command's own: a fresh name beside --out, gone on every way out
+    staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.staging-", dir=args.out.absolute().parent))
+    try:
+        return ship(args, checkpoint, staging)
+    except (ValueError, OSError) as error:
+        print(f"ship_t1_bundle: error: {error}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
+    """Export, gate and document the checkpoint in `staging`, then put it in place of --out."""
     export_bundle(checkpoint, staging, average=args.average)
     segments = sim2sim.sequence(args.both_sides)
     report = sim2sim.run(sim2sim.load_bundle(staging), segments=segments)
     sim2sim.print_report(report)
     if not report.passed and not args.allow_fail:
-        shutil.rmtree(staging)
         print("the gate failed: nothing shipped (--allow-fail ships it, marked as failing)")
         return 1
     (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
@@ -134,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in shortfalls:
             print(f"below the bar: {line}")
         if shortfalls and not args.allow_fail:
-            shutil.rmtree(staging)
             print("nothing shipped (--allow-fail ships it, marked as falling short)")
             return 1
     if args.seeds:
@@ -170,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{config['env']['task']}, seed {config['seed']}, {info['cpu_model']}, "
              f"{config.get('resolved', {}).get('torch_threads', '?')} threads")
     plot_curve(records, args.step, staging / "curve.png", title)
-    shutil.rmtree(args.out, ignore_errors=True)
-    staging.rename(args.out)
+    check_out(args.out, [args.run, *args.seeds], args.force)  # again: minutes have passed
+    replace_folder(staging, args.out)
     print(json.dumps({"shipped": str(args.out), **{k: info[k] for k in ("checkpoint_step", "wall_seconds",
                                                                          "gate_passed", "seconds_walked")}}))
     return 0

@@ -5,14 +5,19 @@ robust (`sim2real/robust.py`). Options are `key=value`; bad input is one line on
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 from fast_td3.command_line import as_key_values
-from fast_td3.files import json_safe
+from fast_td3.files import check_output_file, json_safe
 from sim2real import robust, sim2sim
 from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
 
+
+
+MAX_SEGMENT_SECONDS = 3600.0
+"""An hour per segment: longer (`seconds=1e9`, `inf`) is a typo, not a gate (it ran with no output)."""
 
 
 def _parse(argv: list[str]) -> dict[str, str]:
@@ -44,6 +49,9 @@ def cli(argv: list[str] | None = None) -> None:
             raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
         numbers = {key: _number(options, key) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
         check_seconds(numbers.get("seconds", 20.0))
+        if not numbers.get("seconds", 20.0) <= MAX_SEGMENT_SECONDS:
+            raise BundleError(f"seconds={numbers['seconds']:g}: give at most {MAX_SEGMENT_SECONDS:g} s per segment "
+                              "(default 20)")
         limits = {key: _number(options, key) for key in THRESHOLD_OPTIONS if key in options}
         negative = [key for key, value in limits.items() if not value >= 0]
         if negative:
@@ -55,13 +63,13 @@ def cli(argv: list[str] | None = None) -> None:
                               "add robust=true")
         if robust_mode:
             ranges = robust.ranges_from_options(options)
-            trials, seed = int(_number(options, "trials", robust.DEFAULT_TRIALS)), int(_number(options, "seed", 0))
+            trials, seed = _whole(options, "trials", robust.DEFAULT_TRIALS), _whole(options, "seed", 0)
             min_pass_rate = _number(options, "min_pass_rate", robust.MIN_PASS_RATE)
             if trials < 1 or seed < 0 or not 0.0 <= min_pass_rate <= 1.0:
                 raise BundleError(f"trials={trials} must be >= 1, seed={seed} >= 0, min_pass_rate={min_pass_rate} "
                                   "in [0, 1]")
-        if "report" in options and not Path(options["report"]).expanduser().absolute().parent.is_dir():
-            raise BundleError(f"report={options['report']}: its folder does not exist; create it or name another file")
+        if "report" in options:  # checked before the gate's minutes, not after
+            report = check_output_file(options["report"], is_gate_report, "fast-td3-sim2sim")
         bundle = load_bundle(options["bundle"])
     except (ValueError, OverflowError) as error:  # BundleError, a number that is not one, trials=inf
         print(f"error: {error}", file=sys.stderr)
@@ -79,9 +87,18 @@ def cli(argv: list[str] | None = None) -> None:
                    "seconds_walked": round(result.seconds_walked, 2),
                    "deploy_mismatches": len(result.deploy_mismatches)}
     if "report" in options:
-        Path(options["report"]).write_text(json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False))
+        report.write_text(json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False))
     print(json.dumps(summary))
     sys.exit(0 if result.passed else 1)
+
+
+def is_gate_report(path: Path) -> bool:
+    """A report this command wrote (what `report=` may replace): a JSON object with a verdict and segments."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"passed", "segments"} <= set(record)
 
 
 def _number(options: dict[str, str], key: str, default: float | None = None) -> float:
@@ -91,6 +108,14 @@ def _number(options: dict[str, str], key: str, default: float | None = None) -> 
         return float(options[key])
     except ValueError:
         raise BundleError(f"{key}={options[key]}: not a number") from None
+
+
+def _whole(options: dict[str, str], key: str, default: int) -> int:
+    """A count or a seed: a whole number as written (`trials=1.9` is refused, not run as 1)."""
+    value = _number(options, key, default)
+    if not math.isfinite(value) or value != int(value):
+        raise BundleError(f"{key}={options[key]}: give a whole number")
+    return int(value)
 
 
 def _flag(options: dict[str, str], key: str) -> bool:

@@ -233,8 +233,8 @@ def _bad_bundle(tmp_path: Path, edit) -> Path:
     ("settle", "seconds=2 leaves nothing to judge"),
     ("range", "floor_friction=0.3: give a range LOW,HIGH"),
     ("robust_only", "['trials'] apply to the robust gate: add robust=true"),
-    ("infinite", "cannot convert float infinity to integer"),
-    ("report_folder", "its folder does not exist"),
+    ("infinite", "trials=inf: give a whole number"),
+    ("report_folder", "does not exist; create it or name another file"),
 ])
 def test_bad_gate_input_is_one_line_and_exit_2(tmp_path, case, message):
     args = {"missing": lambda: [f"bundle={tmp_path / 'nope'}"],
@@ -292,6 +292,29 @@ def test_best_by_gate_keeps_the_best_ranked_checkpoint_and_counts_passes(tmp_pat
     assert satisfied == [False] * 8 + [True] and loop.passes_in_a_row == 2  # 80 and 90 passed in a row
     error = GateVerdict(100, {}, error="the gate process exited 1 without a verdict")
     assert not loop.absorb(error) and loop.best.step == 90 and not loop.satisfied
+
+
+def test_a_failed_gate_is_never_announced_as_the_best(tmp_path):
+    cfg = TrainConfig(env=EnvConfig(suite="playground", task="T1LowDimJoystickFlatTerrain"),
+                      gate=GateConfig(interval=10), best_by="gate")
+    loop = GateLoop(cfg, tmp_path, ckpt.CheckpointManager(tmp_path), start_step=0, say=lambda line: None)
+
+    class Notes:
+        lines: list[str] = []
+
+        def log_past(self, step, metrics, key):
+            pass
+
+        def note(self, line):
+            self.lines.append(line)
+
+    notes = Notes()
+    for verdict in (_verdict(10, 0.5, True, 40.0), _verdict(20, 1.0, True, 50.0)):
+        (tmp_path / "gate" / f"step_{verdict.step:09d}.pt").write_bytes(b"state")
+        loop.take([verdict], notes)
+    failed, passed = notes.lines
+    assert "fail" in failed and "now best.pt" not in failed and "none has passed yet" in failed
+    assert "PASS" in passed and passed.endswith(": now best.pt")
 
 
 def _write_verdict(run_dir: Path, verdict: GateVerdict, logged: bool) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from fast_td3.command_line import ArgumentParser
+from fast_td3.files import OutputRefused, check_output_file, starts_with
 from fast_td3.analysis.diagnostics import action_histograms, critic_calibration, load_eval_diagnostics
 from fast_td3.analysis.gait_metrics import METRICS
 from fast_td3.analysis.gate_summary import describe_pass, gate_summary
@@ -221,7 +222,7 @@ def render_report(runs: list[RunSummary], out: Path, sort_key: str, descending: 
     differs = differing_overrides(runs)
 
     plot_learning_curves(ordered, images.path("learning_curves.png"))
-    parts = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+    parts = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>{GENERATOR_TAG}"
              f"<title>fast-td3 report: {len(runs)} runs</title><style>{CSS}</style></head><body>"]
     tasks = sorted({r.task for r in runs if r.task})
     parts.append(f"<h1>fast-td3 report: {len(runs)} runs{' of ' + html.escape(', '.join(tasks)) if tasks else ''}</h1>")
@@ -351,15 +352,29 @@ def _doc_line(fn) -> str:
 
 
 # ---------------------------------------------------------------- command line
+GENERATOR_TAG = "<meta name='generator' content='fast-td3-report'>"
+"""In every page's head: the one kind of existing file `--out` may replace."""
+
+
+def check_report_out(out: str | Path) -> Path:
+    """The page's path, refused before any work unless it is new or a page this command wrote
+    (`--out <run>/metrics.jsonl` must not turn a run's metrics into HTML)."""
+    return check_output_file(out, lambda p: starts_with(p, GENERATOR_TAG.encode()), "fast-td3-report")
+
+
 def build_report(paths: list[str | Path], out: str | Path | None = None, sort_by: str = "return",
                  descending: bool | None = None, embed_images: bool = False, bins: int = 21) -> Path:
+    if bins < 1:
+        raise OutputRefused(f"--bins {bins}: give a whole number >= 1")
+    if out is not None:
+        out = check_report_out(out)
     run_dirs = find_runs(paths)
     runs = [load_run(d) for d in run_dirs]
     name_runs(runs)
     if out is None:
         single = Path(paths[0])
         is_sweep = len(paths) == 1 and not (single / METRICS_FILE).is_file()
-        out = single / "report.html" if is_sweep else Path("report.html")
+        out = check_report_out(single / "report.html" if is_sweep else Path("report.html"))
     logged = sorted({k for r in runs for k in (*r.final_eval, *r.last_train)})
     sort_key = resolve_sort_key(sort_by, metric_columns(runs), logged)
     return render_report(runs, Path(out), sort_key, descending, embed_images, bins)
@@ -383,7 +398,7 @@ def cli(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         page = build_report(args.paths, args.out, args.sort_by, args.descending, args.embed_images, args.bins)
-    except ReportError as error:
+    except (ReportError, OutputRefused) as error:
         print(f"fast-td3-report: error: {error}", file=sys.stderr)
         sys.exit(2)
     print(page)

@@ -80,6 +80,13 @@ def gate_options(cfg: TrainConfig) -> list[str]:
     return [f"{key}={value}" for key, value in options.items()]
 
 
+def promotion_note(promoted: bool, passed: bool) -> str:
+    """What the verdict's line adds about best.pt: a failed gate is never announced as the best."""
+    if not promoted:
+        return ""
+    return ": now best.pt" if passed else ": kept as best.pt for now, the closest to passing (none has passed yet)"
+
+
 class GateLoop:
     """Starts gates, collects their verdicts, keeps best.pt and counts passes in a row.
 
@@ -138,7 +145,7 @@ class GateLoop:
         for verdict in verdicts:
             logger.log_past(verdict.step, verdict.metrics, "gate/step")
             promoted = self.absorb(verdict)
-            logger.note(verdict.line() + (": now best.pt" if promoted else ""))
+            logger.note(verdict.line() + promotion_note(promoted, verdict.passed))
 
     def poll(self) -> list[GateVerdict]:
         """Verdicts that arrived since the last call (no waiting); after a resume, first those that

@@ -6,6 +6,10 @@ Each is matched by its text, so every other warning still shows:
   user's. MuJoCo's other warnings are still printed, to stderr.
 - JAX logs "Unable to initialize backend 'tpu'" (INFO, which Hydra's logging shows) on every
   machine without a TPU, then uses the GPU or CPU as it should.
+- PyOpenGL logs "No OpenGL_accelerate module loaded" (INFO) when MuJoCo's renderer loads it:
+  the optional C speed-up is simply not installed, and rendering works without it.
+- torch's compiler warns "Profiler record function ... will be ignored" once per compiled
+  update: `torch.optim` wraps each `step` in a profiler range, which compiled code drops.
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ import sys
 MUJOCO_NOISE = ("compiler attribute 'settotalmass' is deprecated",)
 JAX_BACKEND_LOGGER = "jax._src.xla_bridge"
 JAX_NOISE = "Unable to initialize backend"
+LOGGED_NOISE = {
+    JAX_BACKEND_LOGGER: (JAX_NOISE, logging.INFO),
+    "OpenGL.acceleratesupport": ("No OpenGL_accelerate module loaded", logging.INFO),
+    "torch._dynamo.variables.ctx_manager": ("Profiler record function", logging.WARNING),
+    "torch._dynamo.variables.torch": ("Profiler function", logging.WARNING),
+}
+"""Logger -> (the start of its message that is noise, the highest level it is dropped at)."""
+
+
+class _DropNoise(logging.Filter):
+    """One logger's known noise dropped by its text and level; its other records pass."""
+
+    def __init__(self, prefix: str, level: int) -> None:
+        super().__init__()
+        self.prefix, self.level = prefix, level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= self.level and record.getMessage().startswith(self.prefix))
 
 
 def _mujoco_warning(message: str) -> None:
@@ -25,17 +47,13 @@ def _mujoco_warning(message: str) -> None:
         print(f"MuJoCo warning: {message}", file=sys.stderr, flush=True)
 
 
-def _not_backend_probing(record: logging.LogRecord) -> bool:
-    """JAX's failed probes for absent backends are INFO; a failure that matters raises or warns."""
-    return not (record.levelno < logging.WARNING and record.getMessage().startswith(JAX_NOISE))
-
-
 def silence_library_noise(suite: str | None = None) -> None:
     """Install the filters (idempotent) for a run of `suite`; Isaac Lab's leaves MuJoCo
     unimported, as Isaac Sim wants to load its libraries first."""
-    backend_logger = logging.getLogger(JAX_BACKEND_LOGGER)
-    if _not_backend_probing not in backend_logger.filters:
-        backend_logger.addFilter(_not_backend_probing)
+    for name, (prefix, level) in LOGGED_NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropNoise) for f in logger.filters):
+            logger.addFilter(_DropNoise(prefix, level))
     if suite != "isaaclab" and importlib.util.find_spec("mujoco") is not None:
         import mujoco
 

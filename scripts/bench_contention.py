@@ -10,7 +10,8 @@ session (autogroup), that is how another program competes. Prints global steps/s
 first update (compilation) and the ratios, measured in this one run:
 
     python scripts/bench_contention.py                # both workloads (about 9 minutes on 2 cores)
-    python scripts/bench_contention.py --only quick   # the quick start alone
+    python scripts/bench_contention.py --only quick   # the quick start only
+    python scripts/bench_contention.py --alone --repeats 4   # what adapting costs on an idle machine
 """
 
 from __future__ import annotations
@@ -64,10 +65,13 @@ def train(workload: str, way: str, spinner: bool, limit_s: float, root: Path) ->
     try:
         start = time.perf_counter()
         command = [TRAIN, *WORKLOADS[workload], f"out_dir={out}", "logger.console=false", "save_interval=0"]
+        trainer = subprocess.Popen(command, env=settings(way), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
         try:
-            subprocess.run(command, env=settings(way), capture_output=True, timeout=limit_s, start_new_session=True)
-        except subprocess.TimeoutExpired:
-            pass
+            trainer.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:  # a collapsed run: its whole session goes, nothing lingers
+            os.killpg(trainer.pid, signal.SIGKILL)
+            trainer.wait()
         return rate(out, time.perf_counter() - start)
     finally:
         if spin is not None:
@@ -78,8 +82,9 @@ def train(workload: str, way: str, spinner: bool, limit_s: float, root: Path) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="one workload (default: both)")
-    parser.add_argument("--limit", type=float, default=150.0, help="seconds a run may take (a collapsed run is cut)")
+    parser.add_argument("--limit", type=float, default=120.0, help="seconds a run may take (a collapsed run is cut)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each case, alternated (the mean is printed)")
+    parser.add_argument("--alone", action="store_true", help="only the runs alone (each way's cost on an idle machine)")
     parser.add_argument("--no-before", action="store_true", help="skip the 'before' runs")
     args = parser.parse_args()
     print(f"CPU: {cpu_model()}, {cores_available()} cores; other work on the machine: a one-core spinner where "
@@ -90,16 +95,20 @@ def main() -> None:
         for workload in [args.only] if args.only else list(WORKLOADS):
             runs: dict[tuple[str, int], list[tuple[float, bool]]] = {}
             for repeat in range(args.repeats):  # the ways alternate, so a slow spell of the machine hits both
-                for way in ways:
-                    for spin in (0, 1):
+                for spin in (0,) if args.alone else (0, 1):  # the runs alone first: none follows a run cut short
+                    for way in ways if repeat % 2 == 0 else ways[::-1]:  # each way goes first as often
                         runs.setdefault((way, spin), []).append(
                             train(workload, way, bool(spin), args.limit, Path(tmp) / str(repeat)))
             alone_rates = {}
             for way in ways:
                 alone = sum(r for r, _ in runs[(way, 0)]) / args.repeats
+                alone_rates[way] = alone
+                if args.alone:
+                    each = ", ".join(f"{r:.2f}" for r, _ in runs[(way, 0)])
+                    print(f"| {workload} | {way} | {alone:.2f} ({each}) | | |", flush=True)
+                    continue
                 busy = sum(r for r, _ in runs[(way, 1)]) / args.repeats
                 measured = all(m for _, m in runs[(way, 1)])
-                alone_rates[way] = alone
                 busy_text = f"{busy:.2f}" if measured else f"< {max(busy, 0.01):.2f} (cut at {args.limit:.0f} s)"
                 print(f"| {workload} | {way} | {alone:.2f} | {busy_text} | {busy / alone:.2f} |", flush=True)
             if "before" in alone_rates:

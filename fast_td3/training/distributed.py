@@ -188,6 +188,9 @@ class SilentLogger:
     def log_video(self, step: int, path) -> None:
         pass
 
+    def note(self, text: str) -> None:
+        """Rank 0's console speaks for the job (e.g. the thread count beside other work)."""
+
     def close(self) -> None:
         pass
 

@@ -124,8 +124,8 @@ def check_output_file(path: str | Path, written_by_us, command: str) -> Path:
     return path
 
 
-def starts_with(path: Path, marker: bytes, limit: int = 4096) -> bool:
-    """Whether `marker` appears in the first `limit` bytes of the file (how a command knows its own output)."""
+def has_marker(path: Path, marker: bytes, limit: int = 4096) -> bool:
+    """Whether `marker` is in the first `limit` bytes of the file (how a command knows its own output)."""
     try:
         with open(path, "rb") as f:
             return marker in f.read(limit)

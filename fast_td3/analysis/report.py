@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from fast_td3.command_line import ArgumentParser
-from fast_td3.files import OutputRefused, check_output_file, starts_with
+from fast_td3.files import OutputRefused, check_output_file, has_marker
 from fast_td3.analysis.diagnostics import action_histograms, critic_calibration, load_eval_diagnostics
 from fast_td3.analysis.gait_metrics import METRICS
 from fast_td3.analysis.gate_summary import describe_pass, gate_summary
@@ -359,7 +359,7 @@ GENERATOR_TAG = "<meta name='generator' content='fast-td3-report'>"
 def check_report_out(out: str | Path) -> Path:
     """The page's path, refused before any work unless it is new or a page this command wrote
     (`--out <run>/metrics.jsonl` must not turn a run's metrics into HTML)."""
-    return check_output_file(out, lambda p: starts_with(p, GENERATOR_TAG.encode()), "fast-td3-report")
+    return check_output_file(out, lambda p: has_marker(p, GENERATOR_TAG.encode()), "fast-td3-report")
 
 
 def build_report(paths: list[str | Path], out: str | Path | None = None, sort_by: str = "return",

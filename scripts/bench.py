@@ -2,6 +2,7 @@
 
     python scripts/bench.py                      # the table; about 6 minutes on 2 CPU cores
     python scripts/bench.py --quick              # preset=cpu sizes only
+    python scripts/bench.py --t1                 # the T1 recipe's profile only (about 4 minutes)
     python scripts/bench.py --json bench.json    # also the numbers as JSON, for tracking
 
 Reports, all measured in this run on the current device:
@@ -31,7 +32,6 @@ import resource
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -63,17 +63,17 @@ SUITE_PROBES = [  # suite, package, task, envs
 ]
 
 
-def peak_flops(device: torch.device) -> tuple[float, str]:
-    """(FLOP/s, where the number comes from)."""
-    if device.type == "cuda":
+def peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[float, str]:
+    """(FLOP/s, where the number comes from) of matmuls in `dtype`."""
+    if device.type == "cuda" and dtype == torch.bfloat16:
         name = torch.cuda.get_device_name(device)
         for key, tflops in GPU_BF16_PEAK_TFLOPS.items():
             if key in name:
                 return tflops * 1e12, f"{name}: data-sheet dense bf16 peak"
     best, best_n = 0.0, 0
     for n in ((1024, 2048, 4096) if device.type == "cpu" else (4096, 8192)):
-        a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
         a @ b
         synchronize(device)
         reps, start = 0, time.perf_counter()
@@ -84,7 +84,8 @@ def peak_flops(device: torch.device) -> tuple[float, str]:
         rate = 2 * n**3 * reps / (time.perf_counter() - start)
         if rate > best:
             best, best_n = rate, n
-    return best, f"measured: the fastest of several square bf16 matmuls here ({best_n}x{best_n})"
+    name = "bf16" if dtype == torch.bfloat16 else "fp32"
+    return best, f"measured: the fastest of several square {name} matmuls here ({best_n}x{best_n})"
 
 
 def update_flops(cfg: AlgoConfig, batch, device: torch.device) -> float:
@@ -149,77 +150,101 @@ def bench_suites(device: torch.device, seconds: float) -> list[dict]:
     return rows
 
 
-class PhaseClock:
-    """Wall time per phase of the training loop, by wrapping the methods the runner calls
-    (device-synchronised on a GPU, so each phase is charged its own kernels)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    PHASES = (("env", "step", "env step"), ("agent", "act", "act"), ("buffer", "extend", "store"),
-              ("buffer", "sample_many", "replay sampling"), ("agent", "update", "update"), (None, "log", "logging"))
-    """(the runner's attribute holding the object or None for the runner, method, phase name)."""
-
-    def wrap_runner(self, runner) -> None:
-        """Time every phase of a `Runner`'s loop."""
-        for owner, method, phase in self.PHASES:
-            self.wrap(getattr(runner, owner) if owner else runner, method, phase)
-
-    def unwrap_runner(self, runner) -> None:
-        """Undo `wrap_runner` (the wrappers are instance attributes in front of the methods)."""
-        for owner, method, _ in self.PHASES:
-            (getattr(runner, owner) if owner else runner).__dict__.pop(method, None)
-
-    def wrap(self, owner, method: str, phase: str) -> None:
-        inner = getattr(owner, method)
-        self.seconds.setdefault(phase, 0.0)  # reported even when the run never reaches it
-
-        def timed(*args, **kwargs):
-            synchronize(self.device)
-            start = time.perf_counter()
-            result = inner(*args, **kwargs)
-            synchronize(self.device)
-            self.seconds[phase] += time.perf_counter() - start
-            return result
-
-        setattr(owner, method, timed)
-
-
-def bench_training(task: str, device: torch.device, warmup_steps: int, steps: int) -> dict:
+def bench_training(task: str, device: torch.device, warmup_steps: int, steps: int,
+                   preset: str = "cpu", extra: tuple[str, ...] = ()) -> dict:
+    """A training run of `task` with `preset`: `warmup_steps` (buffer, first updates, compiling),
+    then `steps` timed for the rate, then `steps` more under the phase clock for the shares."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from envs.registry import make_env
+    from fast_td3.analysis.phase_clock import PhaseClock
     from fast_td3.training.runner import Runner
     from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
-    overrides = [f"task={task}", "preset=cpu", "logger.console=false", "eval_interval=0", "save_interval=0",
-                 f"total_steps={warmup_steps}", f"device={device}"]
+    overrides = [f"task={task}", f"preset={preset}", "logger.console=false", "eval_interval=0", "save_interval=0",
+                 f"total_steps={warmup_steps + 2 * steps}", f"device={device}", *extra]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = OmegaConf.to_object(compose("train", overrides))
-    env = make_env(cfg.env.suite, cfg.env.task, cfg.env.num_envs, cfg.seed, device, **cfg.env.adapter_options())
-    with tempfile.TemporaryDirectory() as run_dir:
-        runner = Runner(cfg, env, None, Path(run_dir))
-        try:
-            runner.train()  # warm-up: buffer filling, first updates, compilation
-            runner.cfg.total_steps += steps
-            start = time.perf_counter()
-            runner.train()  # throughput, without the clock's device syncs
-            wall = time.perf_counter() - start
-            clock = PhaseClock(device)
-            clock.wrap_runner(runner)
-            runner.cfg.total_steps += steps
-            start = time.perf_counter()
-            runner.train()  # where the time goes
-            clocked = time.perf_counter() - start
-        finally:
-            env.close()
-    shares = {phase: s / clocked for phase, s in clock.seconds.items()}
-    shares["other"] = max(0.0, 1.0 - sum(shares.values()))
-    return {"task": task, "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "steps": steps,
-            "global_steps_per_s": steps / wall, "env_steps_per_s": steps * cfg.env.num_envs / wall,
-            "time_shares": shares}
+    quiet = lambda *args, **kwargs: None  # noqa: E731
+    with tempfile.TemporaryDirectory() as run_dir, \
+            Runner.from_config(cfg, run_dir, evaluation=False, say=quiet) as runner:
+        runner.train(until_step=warmup_steps)
+        start = time.perf_counter()
+        runner.train(until_step=warmup_steps + steps)  # throughput, without the clock's device syncs
+        wall = time.perf_counter() - start
+        clock = PhaseClock(device)
+        start = time.perf_counter()
+        runner.train(until_step=warmup_steps + 2 * steps, hooks=[clock])  # where the time goes
+        clocked = time.perf_counter() - start
+        flops = run_update_flops(runner)
+        split = update_split(runner)
+        precision = runner.agent.precision.name
+    updates = steps * cfg.algo.num_updates
+    return {"task": task, "preset": preset, "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "steps": steps,
+            "algo": cfg.algo.name, "compiled": cfg.algo.compile, "precision": precision,
+            "mirrored": cfg.algo.symmetry, "global_steps_per_s": steps / wall,
+            "env_steps_per_s": steps * cfg.env.num_envs / wall, "updates_per_s": updates / wall,
+            "flops_per_update": flops, "update_phase_flop_per_s": flops * updates / clock.seconds["update"],
+            "update_split": split, "time_shares": clock.shares(clocked)}
+
+
+def eager_copy(runner):
+    """An eager learner with the run's state and a batch of its own replay (mirrored when the run
+    mirrors), for counting and splitting the update outside the compiled function."""
+    from fast_td3.learner.algorithms import make_algorithm
+
+    agent = make_algorithm(dataclasses.replace(runner.cfg.algo, compile=False), runner.spec, runner.device)
+    agent.load_training_state(runner.agent.training_state())
+    (batch,) = runner.buffer.sample_many(runner.batch_size, 1, generator=torch.Generator(runner.device).manual_seed(0))
+    if runner.mirror is not None:
+        batch = runner.mirror(batch)
+    return agent, batch
+
+
+def update_split(runner, repeats: int = 8) -> dict[str, float]:
+    """Shares of one eager update (the actor's every `policy_frequency`-th, as in training): the
+    critic with the temperature, the actor, and the Polyak averaging of the target critic, from
+    timing the update without the actor, with it, and the averaging alone."""
+    agent, batch = eager_copy(runner)
+    device = runner.device
+
+    def seconds(step) -> float:
+        for _ in range(2):
+            step()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            step()
+        synchronize(device)
+        return (time.perf_counter() - start) / repeats
+
+    def update(with_actor: bool):
+        for optimizer in agent.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        agent._update(batch, with_actor)
+
+    without_actor = seconds(lambda: update(False))
+    with_actor = seconds(lambda: update(True))
+    polyak = seconds(agent._polyak_critic)
+    actor_every = runner.cfg.algo.policy_frequency
+    mean = without_actor + (with_actor - without_actor) / actor_every
+    return {"critic and temperature": (without_actor - polyak) / mean,
+            "actor": (with_actor - without_actor) / actor_every / mean, "polyak": polyak / mean,
+            "eager_update_s": mean}
+
+
+def run_update_flops(runner) -> float:
+    """FLOPs of one of the run's updates (the mean of two: the actor's schedule), counted on an
+    eager copy of its learner (`eager_copy`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    agent, batch = eager_copy(runner)
+    counts = []
+    for _ in range(2):
+        with FlopCounterMode(display=False) as counter:
+            agent.update(batch)
+        counts.append(counter.get_total_flops())
+    return sum(counts) / 2
 
 
 def peak_memory_mb(device: torch.device) -> dict:
@@ -230,10 +255,38 @@ def peak_memory_mb(device: torch.device) -> dict:
     return out
 
 
+T1_RECIPE = ("T1LowDimJoystickFlatTerrain", "cpu_t1_robust", ("gate=off",))
+"""The shipped T1 recipe's run (task, preset, overrides); its gate child is measured apart
+(scripts/bench_gate_overhead.py), as it runs every 2000 steps, not every step."""
+
+
+def print_training(t: dict, peaks: dict[str, float]) -> None:
+    """The end-to-end run: rates, the update phase's FLOP/s against the peak of its precision,
+    and each phase's share of the wall time."""
+    print(f"\nEnd to end, {t['task']} preset={t['preset']} ({t['algo']}, {t['envs']} envs, batch {t['batch']}"
+          f"{' + mirrored' if t['mirrored'] else ''}, {'compiled' if t['compiled'] else 'eager'} {t['precision']}): "
+          f"{t['global_steps_per_s']:.2f} global steps/s ({t['env_steps_per_s']:.0f} env steps/s, "
+          f"{t['updates_per_s']:.1f} updates/s) over {t['steps']} steps")
+    peak = peaks[t["precision"]]
+    print(f"The update: {t['flops_per_update'] / 1e9:.3f} GFLOP each; while it runs, "
+          f"{t['update_phase_flop_per_s'] / 1e12:.3f} TFLOP/s = {t['update_phase_flop_per_s'] / peak:.1%} of the "
+          f"measured {t['precision']} matmul peak ({peak / 1e12:.2f} TFLOP/s)")
+    print("| phase | share of wall time |\n|---|---:|")
+    for phase, share in sorted(t["time_shares"].items(), key=lambda kv: -kv[1]):
+        print(f"| {phase} | {share:.1%} |")
+    split = t["update_split"]
+    print(f"The update's parts, timed eagerly ({split['eager_update_s'] * 1e3:.1f} ms per update) and applied to "
+          f"the update phase's {t['time_shares']['update']:.1%}:")
+    for part in ("critic and temperature", "actor", "polyak"):
+        print(f"  {part}: {split[part]:.1%} of the update, {split[part] * t['time_shares']['update']:.1%} of the step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="preset=cpu sizes only (no full-size compile)")
+    parser.add_argument("--t1", action="store_true",
+                        help="only the T1 recipe's profile (preset=cpu_t1_robust, gate off): about 4 minutes on 2 cores")
     parser.add_argument("--task", default="HalfCheetah-v5", help="task of the end-to-end run (preset=cpu)")
     parser.add_argument("--steps", type=int, default=300, help="measured global steps of the end-to-end run")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed span per rate")
@@ -241,39 +294,44 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
 
-    peak, peak_source = peak_flops(device)
-    sizes = ["preset=cpu"] if args.quick else list(SIZES)
-    updates = bench_updates(sizes, device, args.seconds)
-    suites = bench_suites(device, args.seconds)
-    training = bench_training(args.task, device, warmup_steps=60, steps=args.steps)
+    peaks = {"bf16": peak_flops(device, torch.bfloat16), "fp32": peak_flops(device, torch.float32)}
+    peak, peak_source = peaks["bf16"]
+    updates, suites = [], []
+    if args.t1:
+        task, preset, extra = T1_RECIPE
+        training = bench_training(task, device, warmup_steps=60, steps=args.steps, preset=preset, extra=extra)
+    else:
+        sizes = ["preset=cpu"] if args.quick else list(SIZES)
+        updates = bench_updates(sizes, device, args.seconds)
+        suites = bench_suites(device, args.seconds)
+        training = bench_training(args.task, device, warmup_steps=60, steps=args.steps)
     memory = peak_memory_mb(device)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     print(f"Device: {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"algo.precision=auto resolves to {resolve_precision('auto', device)}")
-    print(f"Peak assumed: {peak / 1e12:.2f} TFLOP/s bf16 ({peak_source})\n")
-    print("| learner | batch | updates/s | GFLOP/update | achieved TFLOP/s | of peak |")
-    print("|---|---:|---:|---:|---:|---:|")
+    for precision, (rate, source) in peaks.items():
+        print(f"Peak {precision}: {rate / 1e12:.2f} TFLOP/s ({source})")
+    if updates:
+        print("\n| learner | batch | updates/s | GFLOP/update | achieved TFLOP/s | of its precision's peak |")
+        print("|---|---:|---:|---:|---:|---:|")
     for r in updates:
         print(f"| {r['size']} ({'compiled' if r['compiled'] else 'eager'}, {r['precision']}) | {r['batch']} | "
               f"{r['updates_per_s']:.2f} | {r['flops_per_update'] / 1e9:.2f} | {r['flop_per_s'] / 1e12:.3f} | "
-              f"{r['flop_per_s'] / peak:.1%} |")
-    print("\n| suite | task | envs | env steps/s |\n|---|---|---:|---:|")
+              f"{r['flop_per_s'] / peaks[r['precision']][0]:.1%} |")
+    if suites:
+        print("\n| suite | task | envs | env steps/s |\n|---|---|---:|---:|")
     for r in suites:
         rate = f"{r['env_steps_per_s']:.0f}" if r["env_steps_per_s"] is not None else r["note"]
         print(f"| {r['suite']} | {r['task']} | {r['envs']} | {rate} |")
-    t = training
-    print(f"\nEnd to end, {t['task']} preset=cpu ({t['envs']} envs, batch {t['batch']}): "
-          f"{t['global_steps_per_s']:.1f} global steps/s ({t['env_steps_per_s']:.0f} env steps/s) over {t['steps']} steps")
-    print("| phase | share of wall time |\n|---|---:|")
-    for phase, share in sorted(t["time_shares"].items(), key=lambda kv: -kv[1]):
-        print(f"| {phase} | {share:.1%} |")
+    print_training(training, {precision: rate for precision, (rate, _) in peaks.items()})
     print(f"\nPeak memory of this benchmark process (all of the above): host {memory['host_peak_mb']:.0f} MB"
           + (f", device {memory['device_peak_mb']:.0f} MB" if "device_peak_mb" in memory else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": str(device), "device_name": name, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "peak_flop_per_s": peak, "peak_source": peak_source, "updates": updates, "suites": suites,
+            "peak_flop_per_s": peak, "peak_source": peak_source,
+            "peaks": {precision: rate for precision, (rate, _) in peaks.items()}, "updates": updates, "suites": suites,
             "training": training, "memory": memory}, indent=2))
 
 

@@ -76,51 +76,40 @@ def check_updates(device: torch.device, tiny: bool, seconds: float) -> dict:
 
 
 def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps: int, run_dir: Path) -> dict:
-    from envs.registry import make_env
-    from fast_td3.training.evaluation import eval_seed
     from fast_td3.analysis.hot_path import count_global_steps
+    from fast_td3.analysis.phase_clock import PhaseClock
     from fast_td3.training.runner import Runner
 
-    cfg = compose((TINY if tiny else REFERENCE) + [f"device={device}", f"total_steps={chunk_steps}"])
-    env = make_env(cfg.env.suite, cfg.env.task, cfg.env.num_envs, cfg.seed, device, **cfg.env.adapter_options())
-    eval_env = make_env(cfg.env.suite, cfg.env.task, cfg.eval_episodes, eval_seed(cfg.seed), device,
-                        **cfg.env.adapter_options(evaluation=True))
+    # the cap: as many chunks as `seconds` could hold at 1000 steps/s, and the shares' chunk
+    total = chunk_steps * (2 + max(1, int(seconds * 1000 / chunk_steps)))
+    cfg = compose((TINY if tiny else REFERENCE) + [f"device={device}", f"total_steps={total}"])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     curve, timed_steps, timed_seconds = [], 0, 0.0
-    try:
-        runner = Runner(cfg, env, eval_env, run_dir)
+    with Runner.from_config(cfg, run_dir, say=lambda *args, **kwargs: None) as runner:
         start = time.perf_counter()
-        first = runner.train()  # fills the buffer, compiles; ends with an evaluation
+        first = runner.train(until_step=chunk_steps)  # fills the buffer, compiles; ends with an evaluation
         curve.append({"step": runner.global_step, "seconds": time.perf_counter() - start,
                       "eval_return": first.get("eval/return_mean")})
-        while time.perf_counter() - start < seconds:
-            runner.cfg.total_steps += chunk_steps
+        while time.perf_counter() - start < seconds and runner.global_step + 2 * chunk_steps <= total:
             synchronize(device)
             chunk_start = time.perf_counter()
-            result = runner.train()
+            result = runner.train(until_step=runner.global_step + chunk_steps)
             synchronize(device)
             timed_seconds += time.perf_counter() - chunk_start
             timed_steps += chunk_steps
             curve.append({"step": runner.global_step, "seconds": time.perf_counter() - start,
                           "eval_return": result.get("eval/return_mean")})
-        clock = bench.PhaseClock(device)
-        clock.wrap_runner(runner)
-        runner.cfg.total_steps += chunk_steps
+        clock = PhaseClock(device)
         split_start = time.perf_counter()
-        runner.train()
+        runner.train(until_step=runner.global_step + chunk_steps, hooks=[clock])
         split_wall = time.perf_counter() - split_start
-        clock.unwrap_runner(runner)
         try:  # under a dispatch mode compiled code may run differently; a failure here must not lose the rest
             counts = count_global_steps(runner, steps=3, warmup=2)
             hot_path = {"ops_per_step": {k: v / 3 for k, v in counts.ops.items()}, "host_syncs": counts.syncs}
         except Exception as error:  # noqa: BLE001
             hot_path = {"ops_per_step": {}, "host_syncs": [], "error": f"{type(error).__name__}: {error}"[:300]}
-    finally:
-        env.close()
-        eval_env.close()
-    shares = {phase: s / split_wall for phase, s in clock.seconds.items()}
-    shares["other (eval, checkpoint, reset)"] = max(0.0, 1.0 - sum(shares.values()))
+    shares = clock.shares(split_wall, other="other (reset)")
     rate = timed_steps / timed_seconds if timed_seconds else float("nan")
     memory = bench.peak_memory_mb(device)
     return {"task": cfg.env.task, "backend": cfg.env.options.get("backend"), "envs": cfg.env.num_envs,
@@ -131,8 +120,6 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
 
 
 def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
-    from envs.protocol import optional_attribute
-    from envs.registry import make_env
     from fast_td3.training.runner import Runner
     from sim2real import sim2sim
     from sim2real.export import export_bundle
@@ -141,12 +128,8 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     cfg = compose(["task=T1LowDimJoystickFlatTerrain", f"device={device}", f"total_steps={steps}", "eval_interval=0",
                    "save_interval=0", "logger.console=false", "env.options.push=false"]
                   + (["preset=cpu", "env.num_envs=2", "algo.batch_size=32", "algo.learning_starts=5"] if tiny else []))
-    env = make_env(cfg.env.suite, cfg.env.task, cfg.env.num_envs, cfg.seed, device, **cfg.env.adapter_options())
-    cfg.env.options.update(optional_attribute(env, "resolved_options"))
-    try:
-        Runner(cfg, env, None, run_dir).train()
-    finally:
-        env.close()
+    with Runner.from_config(cfg, run_dir, evaluation=False, say=lambda *args, **kwargs: None) as runner:
+        runner.train()
     start = time.perf_counter()
     bundle = export_bundle(run_dir, run_dir / "bundle")
     trained = sim2sim.run(sim2sim.load_bundle(bundle), seconds=5.0)

@@ -98,6 +98,18 @@ def test_the_monitor_drops_a_thread_for_a_busy_core_and_returns_it_after_two_qui
     assert set_to == [1, 2] and watch.metrics()["perf/torch_threads"] == 2.0
 
 
+def test_the_threads_it_started_with_are_given_back_when_the_run_ends():
+    machine = FakeMachine()
+    watch, lines, set_to = monitor(machine)
+    machine.others = 1.0
+    run_steps(watch, machine, 50, 0.1)
+    assert set_to == [1]
+    watch.release()
+    assert set_to == [1, 2] and watch.threads == 2
+    watch.release()  # nothing more to give back
+    assert set_to == [1, 2]
+
+
 def test_a_set_thread_count_is_kept_and_a_slow_down_is_named_once():
     machine = FakeMachine()
     watch, lines, set_to = monitor(machine, adapt=False)
@@ -177,8 +189,12 @@ def test_a_run_beside_a_busy_core_trains_on_one_thread_and_logs_it(tmp_path, mon
         plain.train()
         monkeypatch.setattr(runner_module, "CoreMonitor", busy_machine)
         busy = make_runner(tiny_train_config(total_steps=20), tmp_path / "busy", eval_env=False)
+        set_to = []
+        torch_set = torch.set_num_threads
+        monkeypatch.setattr(runner_module.torch, "set_num_threads", lambda n: (set_to.append(n), torch_set(n)))
         busy.train()
-        assert torch.get_num_threads() == 1
+        assert set_to == [1, 2]  # one thread while training; the two it started with given back at the end
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
     logged = [r for r in read_metrics(tmp_path / "busy") if "perf/torch_threads" in r]

@@ -16,6 +16,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fast_td3.training.hooks import Hook
+
 aten = torch.ops.aten
 
 SYNCING_OPS = {
@@ -104,41 +106,46 @@ class OpCounter:
         self._modes = []
 
 
+class _CountSteps(Hook):
+    """Counts global steps `first` + 1 to `last` of a runner's loop: the collect step around the
+    env (the env itself paused), sampling and the updates in their regions, the rest as 'step';
+    logs, evaluations, gates and checkpoints that fall in them are not counted."""
+
+    REGIONS = {"act": "collect", "store": "collect", "sample": "sample", "update": "update"}
+    NOT_COUNTED = ("env step", "log", "eval", "gate", "checkpoint")
+    """The env's own work, and the loop's host work between steps (the NaN guard is read at logs)."""
+
+    def __init__(self, counter: OpCounter, first: int, last: int) -> None:
+        self.counter, self.first, self.last = counter, first, last
+        self.counting = False
+
+    def on_step(self, runner) -> None:
+        if runner.global_step == self.first:
+            self.counter.__enter__()
+            self.counting = True
+        elif runner.global_step == self.last and self.counting:
+            self.counter.__exit__(None, None, None)
+            self.counting = False
+
+    def on_end(self, runner, final) -> None:
+        if self.counting:  # a stopped run
+            self.counter.__exit__(None, None, None)
+            self.counting = False
+
+    def phase(self, name: str):
+        if not self.counting:
+            return None
+        if name in self.NOT_COUNTED:
+            return self.counter.paused()
+        region = self.REGIONS.get(name)
+        return None if region is None else self.counter.region(region)
+
+
 def count_global_steps(runner, steps: int = 3, warmup: int = 0) -> OpCounter:
-    """Run `warmup` then `steps` steady-state global steps of `runner` (collect, then the
-    updates once learning started; no log, evaluation or checkpoint falls in them) and
-    count the last `steps`: regions 'collect' (around the env), 'sample', 'update'; the
-    env itself is not counted."""
-    env = runner.env
+    """Train `runner` `warmup` then `steps` more global steps and count the last `steps`: regions
+    'collect' (around the env), 'sample', 'update', and 'step' (the rest of the loop). The call
+    ends, as every `train` call does, with an evaluation and a checkpoint, which are not counted."""
     counter = OpCounter()
-    original_step, original_update, original_sample = env.step, runner.agent.update, runner.buffer.sample_many
-
-    def step(actions):
-        with counter.paused():
-            return original_step(actions)
-
-    def update(batch):
-        with counter.region("update"):
-            return original_update(batch)
-
-    def sample_many(*args, **kwargs):
-        with counter.region("sample"):
-            return original_sample(*args, **kwargs)
-
-    env.step, runner.agent.update, runner.buffer.sample_many = step, update, sample_many
-    try:
-        obs, critic_obs = runner._reset_envs()
-        for i in range(warmup + steps):
-            if i == warmup:
-                counter.__enter__()
-            with counter.region("collect"):
-                obs, critic_obs = runner.collect(obs, critic_obs)
-            runner.global_step += 1
-            if runner.learning_started():
-                runner.learn()
-        counter.__exit__(None, None, None)
-    finally:  # the wrappers were instance attributes in front of the methods
-        env.__dict__.pop("step", None)
-        runner.agent.__dict__.pop("update", None)
-        runner.buffer.__dict__.pop("sample_many", None)
+    first = runner.global_step + warmup
+    runner.train(until_step=first + steps, hooks=[_CountSteps(counter, first, first + steps)])
     return counter

@@ -8,8 +8,9 @@ from the start. The runner owns the loop and hands in its envs at each call.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 
@@ -23,12 +24,18 @@ from fast_td3.training.episodes import EpisodeStats
 from fast_td3.training.guards import FiniteGuard, check_finite
 
 
+_UNTIMED = nullcontext()
+
+
 class Collector:
     """Collects `num_envs` transitions per call into `buffer` with `agent`'s exploration."""
 
     def __init__(self, cfg: TrainConfig, agent: OffPolicyAlgorithm, buffer: ReplayBuffer, num_envs: int,
-                 device: torch.device, ranks: distributed.Context) -> None:
+                 device: torch.device, ranks: distributed.Context,
+                 phase: Callable[[str], ContextManager] = lambda name: _UNTIMED) -> None:
         self.cfg, self.agent, self.buffer, self.device, self.ranks = cfg, agent, buffer, device, ranks
+        self.phase = phase
+        """The runner's named spans (act, env step, store) for hooks that time them."""
         self.episodes = EpisodeStats.zeros(num_envs, device)
         self.guard = FiniteGuard(num_envs, device) if cfg.check_finite else None
         # With algo.compile the action (policy, noise) is compiled like the update. The statistics
@@ -54,9 +61,17 @@ class Collector:
     def step(self, env: VecEnv, obs: torch.Tensor, critic_obs: torch.Tensor | None):
         """One vectorised env step from `obs`, stored in the replay buffer; returns the next step's
         observations (an env that finished: its reset observations)."""
+        to, phase = self.to_device, self.phase
+        with phase("act"):
+            actions = self.explore(obs)
+        with phase("env step"):
+            next_obs, rewards, dones, extras = env.step(actions.to(env.device))
+        with phase("store"):
+            return self._store(obs, critic_obs, actions, next_obs, rewards, dones, extras)
+
+    def _store(self, obs, critic_obs, actions, next_obs, rewards, dones, extras):
+        """Screen, teach the running state and store the step; the next step's observations."""
         to = self.to_device
-        actions = self.explore(obs)
-        next_obs, rewards, dones, extras = env.step(actions.to(env.device))
         final = extras[FINAL_OBSERVATIONS]
         # what the env returned, by the transition's names: the next step's OBS and CRITIC_OBS, and
         # this step's REWARDS and (true, before any reset) NEXT_OBS and NEXT_CRITIC_OBS

@@ -16,14 +16,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.protocol import optional_attribute, suite_hook
 from envs.quiet import silence_library_noise
-from envs.registry import load_adapter, make_env
 from fast_td3.learner.config import ConfigError
 from fast_td3.training import cluster
 from fast_td3.training.checkpoint import CheckpointManager, has_checkpoints, pick_for_resume
 from fast_td3.training.config import TrainConfig
-from fast_td3.training.config_checks import check_replay_memory, check_values
+from fast_td3.training.config_checks import check_values
 from fast_td3.training.preflight import LAUNCH, resumed_config, video_problem
 from fast_td3.training.recording import record_run
 from fast_td3.training.run_folder import restore_default_sigterm, shell_arg
@@ -96,36 +94,13 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
     CPU), train (this rank's share of a torchrun job: its own envs and seeds)."""
     import torch
 
-    from fast_td3.learner.device import resolve_device
     from fast_td3.learner.precision import cpu_model
     from fast_td3.training import distributed
-    from fast_td3.training.evaluation import eval_seed
     from fast_td3.training.runner import Runner
 
     ranks = ranks or distributed.SINGLE
-    env_cfg = cfg.env
-    device = distributed.rank_device(resolve_device(cfg.device), ranks)
-    if ranks.enabled:
-        cfg.device = str(device)
-    seed = ranks.rank_seed(cfg.seed)
     say = print if ranks.is_main else (lambda *a, **k: None)
-    env = make_env(env_cfg.suite, env_cfg.task, env_cfg.num_envs, seed, device, **env_cfg.adapter_options())
-    say(f"Envs: {env!r}" + (f" on each of {ranks.world_size} ranks" if ranks.enabled else ""), flush=True)
-    eval_env = None
-    try:
-        check_replay_memory(cfg, env, device, warn=lambda line: say(line, file=sys.stderr, flush=True))
-        # e.g. backend=auto -> envpool: a resumed run and fast-td3-eval keep the same physics
-        env_cfg.options.update(optional_attribute(env, "resolved_options"))
-        eval_options = env_cfg.adapter_options(evaluation=True)
-        if cfg.eval_video:  # on every rank, so all evaluate on the same physics; rank 0 draws
-            eval_options["render_mode"] = "rgb_array"
-        if suite_hook(load_adapter(env_cfg.suite), "ONE_SIMULATION_PER_PROCESS"):
-            say(f"Eval envs: none ({env_cfg.suite} runs one simulation per process; evaluate checkpoints "
-                "with fast-td3-eval)", flush=True)
-        else:
-            eval_env = make_env(env_cfg.suite, env_cfg.task, cfg.eval_episodes, eval_seed(seed), device, **eval_options)
-            say(f"Eval envs: {eval_env!r}", flush=True)
-        runner = Runner(cfg, env, eval_env, run_dir, ranks=ranks)
+    with Runner.from_config(cfg, run_dir, ranks, say=say) as runner:
         precision = runner.agent.precision
         say(f"Precision: {precision}", flush=True)
         # what `auto` meant on this machine (recorded by on_ready); a resume re-resolves on its own
@@ -138,7 +113,3 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
         if on_ready is not None:
             on_ready()
         return runner.train()
-    finally:
-        env.close()
-        if eval_env is not None:
-            eval_env.close()

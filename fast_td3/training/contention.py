@@ -181,6 +181,13 @@ class CoreMonitor:
             self._judge_rate((step - start_step) / seconds)
         self._window_start, self._sample, self._paused = (now, step), sample, 0.0
 
+    def release(self) -> None:
+        """The run's `train` call ends: give the process back the threads it started with (a
+        script, a test or the next call must not inherit a count set for a busy moment)."""
+        if self.threads != self.ceiling:
+            self.threads = self.ceiling
+            self._set_threads(self.ceiling)
+
     def metrics(self) -> dict[str, float]:
         """`perf/torch_threads` and `perf/other_processes_cores` for the run's log."""
         return {"perf/torch_threads": float(self.threads), "perf/other_processes_cores": round(self.others, 3)}

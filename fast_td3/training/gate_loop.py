@@ -34,6 +34,7 @@ from fast_td3.files import atomic_write_bytes
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed
 from fast_td3.training.config import TrainConfig
+from fast_td3.training.hooks import Hook
 from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
 
 GATE_DIR = "gate"
@@ -133,10 +134,10 @@ class GateLoop:
         self._start_waiting()
 
     def tend(self, step: int, final: bool, state: Callable[[], dict[str, Any]], eval_return: float | None,
-             logger) -> None:
+             logger, last_step: int) -> None:
         """At every global step: submit `state()` (the runner's, without replay) when `step` is a gate
-        step (the last one only with `final`), then log the verdicts that arrived (`final`: all)."""
-        if self.due(step) and (final or step < self.cfg.total_steps):
+        step (`last_step` only with `final`), then log the verdicts that arrived (`final`: all)."""
+        if self.due(step) and (final or step < last_step):
             self.submit(step, state(), eval_return)
         self.take(self.drain() if final else self.poll(), logger)
 
@@ -282,6 +283,49 @@ class GateLoop:
         if unjudged:
             self.waiting = (unjudged[-1], eval_return_at(self.folder.parent, unjudged[-1]))
         self._start_waiting()
+
+
+class GateHook(Hook):
+    """The gate in the runner's loop: a `GateLoop` (rank 0, `gate.interval` > 0) tended at every
+    global step, drained at the end of a `train` call, and asked at the logs whether the run may
+    stop (every rank asks, together)."""
+
+    def __init__(self) -> None:
+        self.loop: GateLoop | None = None
+
+    @property
+    def best(self) -> GateVerdict | None:
+        """The best verdict so far (None: no gate, or no verdict yet)."""
+        return None if self.loop is None else self.loop.best
+
+    def on_begin(self, runner) -> None:
+        if runner.cfg.gate.interval and runner.ranks.is_main:
+            self.loop = GateLoop(runner.cfg, runner.run_dir, runner.checkpoints, runner.global_step, runner.logger.note)
+
+    def on_step(self, runner) -> None:
+        if self.loop is not None:
+            with runner.hooks.phase("gate"):
+                self._tend(runner, final=False)
+
+    def on_end(self, runner, final: dict[str, float] | None) -> None:
+        if self.loop is None:
+            return
+        try:
+            if final is not None:
+                self._tend(runner, final=True)
+            self.loop.take(self.loop.poll(), runner.logger)  # one that arrived just before a stop is logged too
+        finally:
+            self.loop.close()
+            self.loop = None
+
+    def should_stop(self, runner) -> bool:
+        if not runner.cfg.gate.stop_after_passes:
+            return False
+        return gate_satisfied(self.loop, runner.ranks, runner.global_step, runner.logger.note)
+
+    def _tend(self, runner, final: bool) -> None:
+        self.loop.tend(runner.global_step, final, lambda: runner.state(with_buffer=False),
+                       runner.last_eval.get("eval/return_mean"), runner.logger, runner.until_step)
 
 
 def gate_satisfied(gate: GateLoop | None, ranks: distributed.Context, step: int, note: Callable[[str], None]) -> bool:

@@ -7,16 +7,19 @@ One runner serves every suite and every algorithm: it sees envs only through the
 screens on the device and is read at each log, the step's batches come from one gather, and
 with `algo.compile` the action is compiled like the update. Everything that needs the host
 (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the
-loop lives in modules of its own: collector.py, guards.py, gate_loop.py, eval_diagnostics.py.
-The runner owns its state: `state()` is its checkpoint, `load_state()` puts one back.
+loop lives in modules of its own: collector.py and guards.py, and the hooks (hooks.py) that run
+beside it: the evaluation with best.pt (periodic_eval.py), the deploy gate (gate_loop.py), and a
+benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
+`train(until_step=...)` trains to a step and may be called again to go on. The runner owns its
+state: `state()` is its checkpoint, `load_state()` puts one back.
 """
 
 from __future__ import annotations
 
-import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -35,8 +38,11 @@ from fast_td3.training.contention import CoreMonitor
 from fast_td3.training.episodes import episode_means
 from fast_td3.training.eval_diagnostics import evaluate_in_run
 from fast_td3.training.evaluation import write_video
-from fast_td3.training.gate_loop import GateLoop, gate_satisfied
+from fast_td3.training.gate_loop import GateHook
 from fast_td3.training.guards import TrainingStopped, stop_signals
+from fast_td3.training.hooks import Hook, Hooks
+from fast_td3.training.periodic_eval import EvaluationHook
+from fast_td3.training.run_envs import RunEnvs, make_run_envs
 from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
 from fast_td3.training.run_state import restore_rng, rng_state, seed_everything, upgrade
 
@@ -54,10 +60,13 @@ class Runner:
         logger: metrics sinks (None: a MetricsLogger built from `cfg.logger`).
         ranks: this process's place in a torchrun job (`fast_td3/training/distributed.py`); every
             rank runs this same loop on its own envs, rank 0 logs and saves.
+        hooks: what runs beside the loop in every `train` call, after the run's own: the periodic
+            evaluation with best.pt and, with `cfg.gate.interval`, the deploy gate.
     """
 
     def __init__(self, cfg: TrainConfig, env: VecEnv, eval_env: VecEnv | None, run_dir: str | Path,
-                 logger: MetricsLogger | None = None, ranks: distributed.Context = distributed.SINGLE) -> None:
+                 logger: MetricsLogger | None = None, ranks: distributed.Context = distributed.SINGLE,
+                 hooks: Iterable[Hook] = ()) -> None:
         self.cfg, self.ranks, self.env, self.eval_env = cfg, ranks, env, eval_env
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.device)
@@ -86,7 +95,9 @@ class Runner:
         )
         self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.mirror = mirror_augmentation(env, self.device) if algo.symmetry else None
-        self.collector = Collector(cfg, self.agent, self.buffer, env.num_envs, self.device, ranks)
+        self.hooks = Hooks(())
+        self.collector = Collector(cfg, self.agent, self.buffer, env.num_envs, self.device, ranks,
+                                   phase=lambda name: self.hooks.phase(name))
         record_gait_signals = optional_attribute(env, "record_gait_signals")
         if record_gait_signals is not None:
             record_gait_signals(False)  # only evaluation reads them
@@ -96,71 +107,109 @@ class Runner:
         self.last_eval: dict[str, float] = {}
         self.best_eval: dict[str, float] | None = None
         """{"step", "return_mean"} of the best evaluation so far, saved as checkpoints/best.pt."""
-        self._logger = logger
+        self.gate = GateHook()
+        self.run_hooks: list[Hook] = [EvaluationHook(self.gate), self.gate, *hooks]
+        self.logger = logger
+        self._observations: tuple[torch.Tensor, torch.Tensor | None] | None = None  # to go on from
         self._metrics: dict[str, torch.Tensor] = {}  # the latest value of every update metric
         self._updates_since_log = 0
         self._first_update_in_interval = False
         self._updated_in_this_process = False
-        self.gate: GateLoop | None = None  # the deploy gate while training (rank 0, gate.interval > 0)
+        self._interval: IntervalClock | None = None
+        self.until_step = cfg.total_steps
+        """Where the current `train` call ends."""
         self.cores: CoreMonitor | None = None  # the torch threads beside other processes (contention.py)
+        self._owned_envs: RunEnvs | None = None
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, run_dir: str | Path, ranks: distributed.Context = distributed.SINGLE,
+                    evaluation: bool = True, hooks: Iterable[Hook] = (), say=print) -> "Runner":
+        """The run's envs (this rank's, seeded from the run seed; eval envs unless `evaluation` is
+        false or the suite runs one simulation per process) and a runner over them, which closes
+        them in `close()`. `say` prints what was built."""
+        envs = make_run_envs(cfg, ranks, evaluation, say)
+        try:
+            runner = cls(cfg, envs.train, envs.evaluation, run_dir, ranks=ranks, hooks=hooks)
+        except BaseException:
+            envs.close()
+            raise
+        runner._owned_envs = envs
+        return runner
+
+    def close(self) -> None:
+        """Close the envs `from_config` made (a runner given its envs leaves them to the caller)."""
+        if self._owned_envs is not None:
+            self._owned_envs.close()
+            self._owned_envs = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ================================================================ the loop
-    def train(self) -> dict[str, float]:
-        """Run until `cfg.total_steps` global steps; returns the final evaluation."""
+    def train(self, until_step: int | None = None, hooks: Iterable[Hook] = ()) -> dict[str, float]:
+        """Train to global step `until_step` (default and at most `cfg.total_steps`, which shapes
+        the schedules), evaluate and save; returns the final evaluation. A later call goes on
+        from here; `hooks` run in this call only."""
         cfg = self.cfg
-        self._logger = logger = self._logger or self._make_logger()
-        obs, critic_obs = self._reset_envs()
+        self.until_step = until_step = min(until_step or cfg.total_steps, cfg.total_steps)
+        self.logger = logger = self.logger or self._make_logger()
+        self.hooks = Hooks([*self.run_hooks, *hooks])
+        obs, critic_obs = self._observations or self._reset_envs()
         self.cores = cores = CoreMonitor(logger.note, torch.set_num_threads, torch.get_num_threads())
-        interval = IntervalClock(self.global_step, on_pause=lambda s: (logger.paused_for(s), cores.paused_for(s)))
-        if cfg.gate.interval and self.ranks.is_main:
-            self.gate = GateLoop(cfg, self.run_dir, self.checkpoints, self.global_step, logger.note)
+        self._interval = IntervalClock(self.global_step, on_pause=lambda s: (logger.paused_for(s), cores.paused_for(s)))
+        final: dict[str, float] | None = None
         try:
+            for hook in self.hooks:
+                hook.on_begin(self)
             with stop_signals() as stop_request:
-                while self.global_step < cfg.total_steps and not self._gate_satisfied():
+                while self.global_step < until_step and not self._hook_asks_to_stop():
                     obs, critic_obs = self.collect(obs, critic_obs)
+                    self._observations = obs, critic_obs
                     self.global_step += 1
                     if self.learning_started():
                         self.learn()
                         cores.tend(self.global_step)
                     logger.advance(self.global_step)
                     if self._due(cfg.logger.log_interval):
-                        self._stop_if_non_finite()
-                        self.log(interval)
-                    if self._due(cfg.eval_interval) and self.global_step < cfg.total_steps:
-                        self._stop_if_non_finite()
-                        with interval.paused():
-                            self.evaluate()
-                    if self.gate is not None:
-                        self._tend_gate(final=False)
-                    if self._due(cfg.save_interval) and self.global_step < cfg.total_steps:
-                        self._stop_if_non_finite()
-                        with interval.paused():
+                        self.log()
+                    for hook in self.hooks:
+                        hook.on_step(self)
+                    if self._due(cfg.save_interval) and self.global_step < until_step:
+                        with self.paused(), self.hooks.phase("checkpoint"):
+                            self._stop_if_non_finite()
                             self.save()
                     stop = distributed.any_rank(stop_request.signum, self.ranks)  # every rank stops at one step
                     if stop:
                         raise TrainingStopped(self.global_step, self.save(), stop)
-                self._stop_if_non_finite()
                 final = self.evaluate()
-                self.save()
-                if self.gate is not None:
-                    self._tend_gate(final=True)
+                with self.hooks.phase("checkpoint"):
+                    self.save()
                 return final
         finally:
-            if self.gate is not None:
-                self.gate.take(self.gate.poll(), logger)  # one that arrived just before a stop is logged too
-                self.gate.close()
+            for hook in self.hooks:
+                hook.on_end(self, final)
+            cores.release()
             logger.close()
-            self._logger = None
+            self.logger = None
+            self.hooks = Hooks(())
 
-    def _tend_gate(self, final: bool) -> None:
-        self.gate.tend(self.global_step, final, lambda: self.state(with_buffer=False),
-                       self.last_eval.get("eval/return_mean"), self._logger)
+    @contextmanager
+    def paused(self):
+        """Time out of the step rate and the ETA (an evaluation, a checkpoint)."""
+        if self._interval is None:
+            yield
+            return
+        with self._interval.paused():
+            yield
 
-    def _gate_satisfied(self) -> bool:
+    def _hook_asks_to_stop(self) -> bool:
         """Asked at the logs only, so a torchrun job stops together without a collective per step."""
-        if not self.cfg.gate.stop_after_passes or not self._due(self.cfg.logger.log_interval):
+        if not self._due(self.cfg.logger.log_interval):
             return False
-        return gate_satisfied(self.gate, self.ranks, self.global_step, self._logger.note)
+        return any([hook.should_stop(self) for hook in self.hooks])  # every hook asked: each may sync ranks
 
     def learning_started(self) -> bool:
         return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
@@ -190,61 +239,63 @@ class Runner:
         if first:
             self._updated_in_this_process = self._first_update_in_interval = True
             started = time.perf_counter()
-            if self._logger is not None:
-                self._logger.learning_begins(self.global_step, compiles=self.cfg.algo.compile)
-        batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates, generator=self.sample_generator)
+            if self.logger is not None:
+                self.logger.learning_begins(self.global_step, compiles=self.cfg.algo.compile)
+        phase = self.hooks.phase
+        with phase("sample"):
+            batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates,
+                                              generator=self.sample_generator)
         for batch in batches:
             if self.mirror is not None:
-                batch = self.mirror(batch)
-            self._metrics.update(self.agent.update(batch).items())
+                with phase("mirror"):
+                    batch = self.mirror(batch)
+            with phase("update"):
+                self._metrics.update(self.agent.update(batch).items())
         self._updates_since_log += self.cfg.algo.num_updates
-        if first and self._logger is not None:
-            self._logger.first_update_done(self.global_step, time.perf_counter() - started)
+        if first and self.logger is not None:
+            self.logger.first_update_done(self.global_step, time.perf_counter() - started)
 
     # ================================================================ log
-    def log(self, interval: "IntervalClock") -> None:
-        device_metrics = distributed.sum_over_ranks(self.collector.episodes.read(), self.ranks)  # episodes of every rank
-        names = self.agent.metric_names
-        device_metrics.update({names.get(k, f"algo/{k}"): v for k, v in self._metrics.items()})
-        metrics = to_host(device_metrics)
-        episode_means(metrics)
-        metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
-        metrics.update(interval.rates(self.global_step, self.env.num_envs * self.ranks.world_size,
-                                      self._updates_since_log, self._first_update_in_interval))
-        if self.cores is not None:
+    def log(self) -> None:
+        """Every `cfg.logger.log_interval` global steps: the NaN guard's verdict, then episodes,
+        the updates' metrics and rates."""
+        with self.hooks.phase("log"):
+            self._stop_if_non_finite()
+            device_metrics = distributed.sum_over_ranks(self.collector.episodes.read(), self.ranks)  # every rank's
+            names = self.agent.metric_names
+            device_metrics.update({names.get(k, f"algo/{k}"): v for k, v in self._metrics.items()})
+            metrics = to_host(device_metrics)
+            episode_means(metrics)
+            metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
+            metrics.update(self._interval.rates(self.global_step, self.env.num_envs * self.ranks.world_size,
+                                                self._updates_since_log, self._first_update_in_interval))
             metrics.update(self.cores.metrics())
-        self._updates_since_log = 0
-        self._first_update_in_interval = False
-        self._logger.log(self.global_step, metrics)
+            self._updates_since_log = 0
+            self._first_update_in_interval = False
+            self.logger.log(self.global_step, metrics)
+        for hook in self.hooks:
+            hook.on_log(self, metrics)
 
     # ================================================================ evaluate
     def evaluate(self) -> dict[str, float]:
-        if self.eval_env is None:
-            return {}
-        results, frames = evaluate_in_run(self.agent, self.eval_env, self.cfg, self.seed, self.ranks, self.run_dir,
-                                          self.global_step, self.collector.to_device)
+        """Deterministic episodes on the eval envs (none: {}), logged, with a video when asked."""
+        with self.hooks.phase("eval"):
+            self._stop_if_non_finite()
+            if self.eval_env is None:
+                return {}
+            results, frames = evaluate_in_run(self.agent, self.eval_env, self.cfg, self.seed, self.ranks, self.run_dir,
+                                              self.global_step, self.collector.to_device)
         self.last_eval = results
-        self._keep_if_best(results)
-        if self._logger is not None:
-            self._logger.log(self.global_step, results)
+        for hook in self.hooks:
+            hook.on_eval(self, results)
+        if self.logger is not None:
+            self.logger.log(self.global_step, results)
         if frames:
             path = self.run_dir / "videos" / f"step_{self.global_step:09d}.mp4"
             write_video(frames, path, VIDEO_FPS)
-            if self._logger is not None:
-                self._logger.log_video(self.global_step, path)
+            if self.logger is not None:
+                self.logger.log_video(self.global_step, path)
         return results
-
-    def _keep_if_best(self, results: dict[str, float]) -> None:
-        """A best evaluation return so far (on a tie the later, more trained one): its checkpoint
-        becomes best.pt, what fast-td3-eval, -play and -export take from a run folder."""
-        score = results["eval/return_mean"]
-        if self.cfg.best_by == "gate" and self.gate is not None and self.gate.best is not None:
-            return  # the gate's verdicts choose best.pt now
-        if not math.isfinite(score) or (self.best_eval is not None and score < self.best_eval["return_mean"]):
-            return
-        self.best_eval = {"step": self.global_step, "return_mean": score}
-        if self.ranks.is_main:
-            self.checkpoints.save_best(self.state(with_buffer=False))
 
     # ================================================================ checkpoints
     def state(self, with_buffer: bool = True) -> dict[str, Any]:
@@ -269,6 +320,7 @@ class Runner:
             raise CheckpointMismatchError(f"checkpoint was trained with algo={trained}, this run is algo={algo}")
         self.agent.load_training_state(state["agent"])
         self.global_step = int(state["global_step"])
+        self._observations = None  # the envs restart: a simulator's state is not in a checkpoint
         self.best_eval = state.get("best_eval")  # older checkpoints: none yet
         saved_parts = state.get("env_parts", {})  # older checkpoints: none; a part not saved starts afresh
         for name, part in self.checkpointed_env_parts.items():
@@ -291,6 +343,9 @@ class Runner:
         path = self.checkpoints.save(self.state(), self.global_step) if self.ranks.is_main else None
         if wait_for_all and self.ranks.enabled:
             distributed.barrier(self.ranks)
+        if path is not None:
+            for hook in self.hooks:
+                hook.on_checkpoint(self, path)
         return path if path is not None else self.checkpoints.latest()
 
     def load(self, path: str | Path) -> None:

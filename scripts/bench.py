@@ -81,9 +81,12 @@ def peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tup
             a @ b
             reps += 1
         synchronize(device)
-        rate = 2 * n**3 * reps / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        rate = 2 * n**3 * reps / seconds
         if rate > best:
             best, best_n = rate, n
+        if seconds / reps > 0.25:  # emulated (bf16 on an AVX2-only CPU): a larger size would take minutes
+            break
     name = "bf16" if dtype == torch.bfloat16 else "fp32"
     return best, f"measured: the fastest of several square {name} matmuls here ({best_n}x{best_n})"
 
@@ -157,6 +160,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from envs.quiet import silence_library_noise
     from fast_td3.analysis.phase_clock import PhaseClock
     from fast_td3.training.runner import Runner
     from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
@@ -165,6 +169,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
                  f"total_steps={warmup_steps + 2 * steps}", f"device={device}", *extra]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = OmegaConf.to_object(compose("train", overrides))
+    silence_library_noise(cfg.env.suite)
     quiet = lambda *args, **kwargs: None  # noqa: E731
     with tempfile.TemporaryDirectory() as run_dir, \
             Runner.from_config(cfg, run_dir, evaluation=False, say=quiet) as runner:

@@ -70,7 +70,7 @@ def check_updates(device: torch.device, tiny: bool, seconds: float) -> dict:
     if tiny:
         bench.SIZES["tiny"] = TINY_UPDATE
     (row,) = bench.bench_updates([name], device, seconds)
-    peak, source = bench.peak_flops(device)
+    peak, source = bench.peak_flops(device, torch.bfloat16 if row["precision"] == "bf16" else torch.float32)
     row.update(peak_flop_per_s=peak, peak_source=source, utilisation=row["flop_per_s"] / peak)
     return row
 
@@ -155,7 +155,7 @@ def markdown(report: dict) -> str:
              "| check | result |", "|---|---|",
              f"| update ({u['size']}, batch {u['batch']}, {'compiled' if u['compiled'] else 'eager'}, {u['precision']}) "
              f"| {u['updates_per_s']:.1f} updates/s, {u['flops_per_update'] / 1e9:.1f} GFLOP/update, "
-             f"{u['flop_per_s'] / 1e12:.2f} TFLOP/s = {u['utilisation']:.1%} of {u['peak_flop_per_s'] / 1e12:.0f} "
+             f"{u['flop_per_s'] / 1e12:.2f} TFLOP/s = {u['utilisation']:.1%} of {u['peak_flop_per_s'] / 1e12:.3g} "
              f"TFLOP/s ({u['peak_source']}) |",
              f"| training {t['task']} ({t['backend'] or 'mjx'}, {t['envs']} envs, batch {t['batch']}) "
              f"| {t['global_steps_per_s']:.1f} global steps/s, {t['env_steps_per_s']:.0f} env steps/s "

@@ -68,3 +68,14 @@ def test_mkdocs_build_strict(tmp_path):  # about 2 s
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "configuration" / "index.html").is_file()
+
+
+MAX_PAGE_LINES = 500
+"""A page longer than this is split by concern (a dated record gets pages by day)."""
+
+
+def test_no_docs_page_is_over_the_bound():
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert len(pages) > 10
+    long = {page.name: n for page in pages if (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES}
+    assert not long, f"split these pages by concern: {long}"

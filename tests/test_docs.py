@@ -79,3 +79,16 @@ def test_no_docs_page_is_over_the_bound():
     assert len(pages) > 10
     long = {page.name: n for page in pages if (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES}
     assert not long, f"split these pages by concern: {long}"
+
+
+def test_the_readme_is_short_and_names_only_commands_that_exist():
+    import re
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 120, "the README is read in ten minutes: move history to docs/"
+    scripts = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+    named = set(re.findall(r"^(fast-td3-[a-z0-9-]+)", "\n".join(
+        line.strip() for line in readme.splitlines()), flags=re.MULTILINE))
+    assert {"fast-td3-train", "fast-td3-sim2sim", "fast-td3-export"} <= named
+    assert named <= scripts, f"the README names commands that are not installed: {sorted(named - scripts)}"

@@ -1,4 +1,4 @@
-"""`scripts/gate_checkpoints.py`: every checkpoint of a T1 run exported and gated, one row each.
+"""`fast-td3-gate` (sim2real/gate_run.py): every checkpoint of a T1 run exported and gated, one row each.
 
 An untrained checkpoint is enough to check the plumbing (which checkpoints, where the bundles
 go, what a row holds, the deploy frequency asked for); it falls, so its verdicts are known.
@@ -11,15 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 pytest.importorskip("mujoco_playground", reason='MuJoCo Playground is not installed (pip install -e ".[playground]")')
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import gate_checkpoints  # noqa: E402
-from sim2real import sim2sim  # noqa: E402
 from helpers import save_untrained_t1_checkpoint  # noqa: E402
+from sim2real import gate_run as gate_checkpoints  # noqa: E402
+from sim2real import sim2sim  # noqa: E402
 
 
 def test_the_last_checkpoints_are_exported_gated_and_written_as_rows(tmp_path, capsys):
@@ -49,8 +48,8 @@ def test_the_last_checkpoints_are_exported_gated_and_written_as_rows(tmp_path, c
 
 def test_a_run_without_checkpoints_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit):
-        gate_checkpoints.main([str(tmp_path / "empty")])
+    with pytest.raises(SystemExit, match="2"):
+        gate_checkpoints.cli([str(tmp_path / "empty")])
     assert "has no checkpoints/step_*.pt" in capsys.readouterr().err
 
 
@@ -65,8 +64,8 @@ def test_average_gates_each_checkpoints_mean_with_its_predecessors(tmp_path, cap
         bundle = Path(row["bundle"])
         assert bundle == run / "gated" / f"step_{row['step']:09d}_average2"
         assert json.loads((bundle / "meta.json").read_text())["averaged_steps"] == [row["step"] - 100, row["step"]]
-    with pytest.raises(SystemExit):
-        gate_checkpoints.main([str(run), "--average", "0"])
+    with pytest.raises(SystemExit, match="2"):
+        gate_checkpoints.cli([str(run), "--average", "0"])
     assert "--average must be 1 or more" in capsys.readouterr().err
 
 
@@ -77,8 +76,8 @@ def test_steps_picks_checkpoints_by_global_step_and_names_the_ones_there(tmp_pat
     (run / "metrics.jsonl").write_text("")
     rows = gate_checkpoints.main([str(run), "--seconds", "1", "--steps", "300", "100"])
     assert [row["step"] for row in rows] == [100, 300]  # in step order, step 200 left out
-    with pytest.raises(SystemExit):
-        gate_checkpoints.main([str(run), "--steps", "100", "250"])
+    with pytest.raises(SystemExit, match="2"):
+        gate_checkpoints.cli([str(run), "--steps", "100", "250"])
     assert "no checkpoint of step 250" in (err := capsys.readouterr().err) and "its steps: 100, 200, 300" in err
 
 
@@ -111,3 +110,39 @@ def test_both_sides_plays_the_mirrored_segments_in_both_gates(tmp_path, monkeypa
     played.clear()
     gate_checkpoints.main([str(run), "--seconds", "1"])
     assert played == [("play", plain)]
+
+
+def test_bad_options_and_outputs_are_refused_before_any_checkpoint_is_gated(tmp_path, capsys):
+    """One line and exit code 2, nothing written: negative counts, an hour-long segment, a
+    --json into a missing folder or onto a run's metrics, a gated/ folder of the user's own, and
+    a run that is not a T1's."""
+    run = tmp_path / "run"
+    save_untrained_t1_checkpoint(run, 100)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 100, "eval/return_mean": 1.0}) + "\n")
+    mine = run / "gated" / "step_000000100"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("the user's")
+    cases = {
+        ("--last", "-1"): "--last -1: give 0 or more",
+        ("--robust", "-5"): "--robust -5: give 0 or more",
+        ("--seconds", "inf"): "at most 3600",
+        ("--json", str(tmp_path / "missing" / "rows.json")): "missing",
+        ("--json", str(run / "metrics.jsonl")): "metrics.jsonl",
+        ("--seconds", "1"): "not a bundle written by fast-td3-export",
+    }
+    for options, says in cases.items():
+        with pytest.raises(SystemExit, match="2"):
+            gate_checkpoints.cli([str(run), *options])
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("fast-td3-gate: error:") and says in err, (options, err)
+    assert (mine / "notes.txt").read_text() == "the user's" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert json.loads((run / "metrics.jsonl").read_text())["step"] == 100
+    other = tmp_path / "cheetah"
+    (other / "checkpoints").mkdir(parents=True)
+    state = torch.load(next((run / "checkpoints").glob("step_*.pt")), weights_only=False)
+    state["config"]["env"]["task"] = "HalfCheetah-v5"
+    torch.save(state, other / "checkpoints" / "step_000000100.pt")
+    with pytest.raises(SystemExit, match="2"):
+        gate_checkpoints.cli([str(other)])
+    assert "trained HalfCheetah-v5: the gate plays T1LowDimJoystick* policies only" in capsys.readouterr().err
+    assert not (other / "gated").exists()

@@ -1,13 +1,13 @@
-"""Every checkpoint of a T1LowDim run through export and the sim-to-sim gate: a table of which pass.
+"""`fast-td3-gate`: every checkpoint of a T1 run through export and the sim-to-sim gate, a row each.
 
-    python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run>
-    python scripts/gate_checkpoints.py runs/T1LowDimJoystickFlatTerrain/<run> --seconds 10 --last 3
-    python scripts/gate_checkpoints.py <run> --json gates.json     # also the rows as JSON
-    python scripts/gate_checkpoints.py <run> --robust 20 --seed 0   # and 20 perturbed trials each (the robust gate)
-    python scripts/gate_checkpoints.py <run> --robust 10 --gait-frequency 1.25   # deployed at another gait frequency
-    python scripts/gate_checkpoints.py <run> --robust 10 --average 3   # each checkpoint's mean actor with the 2 before it
-    python scripts/gate_checkpoints.py <run> --robust 20 --steps 50000 52000   # just these checkpoints (shipping candidates)
-    python scripts/gate_checkpoints.py <run> --robust 20 --both-sides --steps 50000   # the step and the turn to the right too
+    fast-td3-gate runs/T1LowDimJoystickFlatTerrain/<run>
+    fast-td3-gate <run> --seconds 10 --last 3
+    fast-td3-gate <run> --json gates.json               # also the rows as JSON
+    fast-td3-gate <run> --robust 20 --seed 0             # and 20 perturbed trials each (the robust gate)
+    fast-td3-gate <run> --robust 10 --gait-frequency 1.25   # deployed at another gait frequency
+    fast-td3-gate <run> --robust 10 --average 3          # each checkpoint's mean actor with the 2 before it
+    fast-td3-gate <run> --robust 20 --steps 50000 52000  # just these checkpoints (shipping candidates)
+    fast-td3-gate <run> --robust 20 --both-sides --steps 50000   # the step and the turn to the right too
 
 Eval return says how the policy does on the training task; the gate says whether the exported
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
@@ -15,23 +15,31 @@ checkpoint, so a run can be stopped (or a checkpoint shipped) on the gate's evid
 `--robust`, the `bar` column says whether a checkpoint clears the bar a robust bundle ships on
 (scripts/ship_t1_bundle.py: both gates passed, nominal errors within the margin, forward
 coverage), and the row's `below_the_bar` says where it falls short. The bundles go to
-`<run>/gated/step_<N>/` and are kept.
+`<run>/gated/step_<N>/` and are kept. Every option and output is checked before the first
+checkpoint is gated: a refusal is one line and exit code 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fast_td3.command_line import ArgumentParser
+from fast_td3.files import check_output_file
+from fast_td3.training import checkpoint as ckpt
+from fast_td3.training.metrics_log import read_metrics
+from sim2real import robust, sim2sim
+from sim2real.export import check_bundle_out, export_bundle
+from sim2real.gate_cli import MAX_SEGMENT_SECONDS
 
-from fast_td3.training import checkpoint as ckpt  # noqa: E402
-from fast_td3.training.metrics_log import read_metrics  # noqa: E402
-from sim2real import robust, sim2sim  # noqa: E402
-from sim2real.export import export_bundle  # noqa: E402
+PROG = "fast-td3-gate"
+GATED_DIR = "gated"
+
+
+class GateRunError(ValueError):
+    """A run or an option this command cannot gate: one line, exit code 2."""
 
 
 def eval_returns(run_dir: Path) -> dict[int, float]:
@@ -42,7 +50,7 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
     """Gate runs (of `runs`) passed with N(0, scale) added to every observation the policy sees:
     a margin probe. A pass that flips under noise this small may flip on another CPU's
     arithmetic too (the 80 s of physics amplify any difference)."""
-    import torch
+    import torch  # noqa: PLC0415 (the rest of the command needs no torch until a bundle loads)
 
     passed = 0
     for seed in range(runs):
@@ -55,14 +63,18 @@ def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: f
     return passed
 
 
+def gated_folder(run_dir: Path, step: int, gait_frequency: float | None, average: int) -> Path:
+    """Where the bundle gated for `step` goes (and stays)."""
+    return run_dir / GATED_DIR / (f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
+                                  + (f"_average{average}" if average > 1 else ""))
+
+
 def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int, float], perturb: int = 0,
              trials: int = 0, seed: int = 0, gait_frequency: float | None = None, average: int = 1,
              both_sides: bool = False) -> dict:
     step = ckpt.step_of(checkpoint)
-    folder = (f"step_{step:09d}" + (f"_{gait_frequency:g}hz" if gait_frequency is not None else "")
-              + (f"_average{average}" if average > 1 else ""))
-    bundle = export_bundle(checkpoint, run_dir / "gated" / folder, force=True, gait_frequency=gait_frequency,
-                           average=average)
+    bundle = export_bundle(checkpoint, gated_folder(run_dir, step, gait_frequency, average), force=True,
+                           gait_frequency=gait_frequency, average=average)
     loaded = sim2sim.load_bundle(bundle)
     segments = sim2sim.sequence(both_sides)
     # the robust gate plays the nominal walk first: its report is the row's, not a second play
@@ -93,8 +105,9 @@ def _rounded(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 3)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description="Every checkpoint of a T1 run exported and played through the "
+                            "sim-to-sim gate (and the robust gate with --robust): a table of which pass.")
     parser.add_argument("run", type=Path, help="a T1LowDimJoystick* run folder")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per joystick segment (default 20)")
     parser.add_argument("--last", type=int, default=0, help="only the last N checkpoints (default all)")
@@ -112,10 +125,42 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="gate the mean actor of each checkpoint and the K-1 before it (sim2real/policy_average.py)")
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates), as the ship does")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def is_gate_rows(path: Path) -> bool:
+    """A JSON list of this command's rows (what `--json` may replace)."""
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rows, list) and all(isinstance(row, dict) and "step" in row and "passed" in row for row in rows)
+
+
+def check_options(args) -> None:
+    """The numbers, before any work."""
+    for name in ("last", "perturb", "robust"):
+        if getattr(args, name) < 0:
+            raise GateRunError(f"--{name.replace('_', '-')} {getattr(args, name)}: give 0 or more")
     if args.average < 1:
-        parser.error(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
+        raise GateRunError(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
+    if not 0 < args.seconds <= MAX_SEGMENT_SECONDS:
+        raise GateRunError(f"--seconds {args.seconds:g}: give more than 0 and at most {MAX_SEGMENT_SECONDS:g} "
+                           "per segment (default 20)")
+    if args.gait_frequency is not None and not (math.isfinite(args.gait_frequency) and args.gait_frequency > 0):
+        raise GateRunError(f"--gait-frequency {args.gait_frequency:g}: give a frequency in Hz inside the trained range")
+
+
+def checkpoints_to_gate(args) -> list[Path]:
+    """The run's checkpoints the options pick, from a T1LowDim run (refused otherwise)."""
+    if not args.run.is_dir():
+        raise GateRunError(f"{args.run} is not a folder: give a T1LowDimJoystick* run folder")
     checkpoints = ckpt.step_files(args.run / ckpt.CHECKPOINT_DIR)
+    if not checkpoints:
+        raise GateRunError(f"{args.run} has no checkpoints/step_*.pt")
+    task = (ckpt.load(checkpoints[-1]).get("config") or {}).get("env", {}).get("task", "?")
+    if not str(task).startswith("T1LowDimJoystick"):
+        raise GateRunError(f"{args.run} trained {task}: the gate plays T1LowDimJoystick* policies only")
     checkpoints = checkpoints[args.average - 1:]  # the first K-1 have too few predecessors to average
     if args.steps:
         by_step = {ckpt.step_of(path): path for path in checkpoints}
@@ -123,13 +168,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if missing:
             averaged = (f" (with --average {args.average}: those with {args.average - 1} before them)"
                         if args.average > 1 else "")
-            parser.error(f"no checkpoint of step {', '.join(map(str, missing))} in {args.run / ckpt.CHECKPOINT_DIR}; "
-                         f"its steps{averaged}: {', '.join(map(str, by_step)) or 'none'}")
+            raise GateRunError(f"no checkpoint of step {', '.join(map(str, missing))} in "
+                               f"{args.run / ckpt.CHECKPOINT_DIR}; its steps{averaged}: "
+                               f"{', '.join(map(str, by_step)) or 'none'}")
         checkpoints = [by_step[step] for step in sorted(set(args.steps))]
     if args.last:
         checkpoints = checkpoints[-args.last:]
     if not checkpoints:
-        parser.error(f"{args.run} has no checkpoints/step_*.pt")
+        raise GateRunError(f"no checkpoint of {args.run} has {args.average - 1} before it to average with")
+    return checkpoints
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Gate the checkpoints `argv` picks; the rows (printed as a table, and to `--json`)."""
+    args = parser().parse_args(argv)
+    check_options(args)
+    checkpoints = checkpoints_to_gate(args)
+    if args.json is not None:
+        args.json = check_output_file(args.json, is_gate_rows, PROG)
+    for checkpoint in checkpoints:  # a gated/ folder of the user's own files is refused before any work
+        check_bundle_out(gated_folder(args.run, ckpt.step_of(checkpoint), args.gait_frequency, args.average), True)
     returns = eval_returns(args.run)
     rows = []
     print(f"{'step':>8} {'eval return':>11} {'gate':>5} {'walked':>7} {'noisy':>6} {'robust':>7} {'bar':>6}  failures")
@@ -150,5 +208,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
+def cli(argv: list[str] | None = None) -> None:
+    try:
+        main(argv)
+    except (ValueError, FileExistsError, FileNotFoundError) as error:  # GateRunError, OutputRefused, export's
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

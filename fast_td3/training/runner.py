@@ -7,16 +7,15 @@ One runner serves every suite and every algorithm: it sees envs only through the
 screens on the device and is read at each log, the step's batches come from one gather, and
 with `algo.compile` the action is compiled like the update. Everything that needs the host
 (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the
-loop lives in modules of its own: collector.py and guards.py, and the hooks (hooks.py) that run
-beside it: the evaluation with best.pt (periodic_eval.py), the deploy gate (gate_loop.py), and a
-benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
+loop lives in modules of its own: collector.py (the envs' half), learning.py (the learner's
+half), guards.py, and the hooks (hooks.py) that run beside it: the evaluation with best.pt
+(periodic_eval.py), the deploy gate (gate_loop.py), and a benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
 `train(until_step=...)` trains to a step and may be called again to go on. The runner owns its
 state: `state()` is its checkpoint, `load_state()` puts one back.
 """
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
@@ -24,11 +23,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from envs.protocol import EnvSpec, VecEnv, optional_attribute
-from fast_td3.learner.algorithms import make_algorithm
+from envs.protocol import VecEnv, optional_attribute
 from fast_td3.learner.device import resolve_device
-from fast_td3.learner.replay import ReplayBuffer
-from fast_td3.learner.symmetry import mirror_augmentation
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed
 from fast_td3.training.checkpoint import CheckpointMismatchError
@@ -41,6 +37,7 @@ from fast_td3.training.evaluation import write_video
 from fast_td3.training.gate_loop import GateHook
 from fast_td3.training.guards import TrainingStopped, stop_signals
 from fast_td3.training.hooks import Hook, Hooks
+from fast_td3.training.learning import Learning
 from fast_td3.training.periodic_eval import EvaluationHook
 from fast_td3.training.run_envs import RunEnvs, make_run_envs
 from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
@@ -70,31 +67,11 @@ class Runner:
         self.cfg, self.ranks, self.env, self.eval_env = cfg, ranks, env, eval_env
         self.run_dir = Path(run_dir)
         self.device = resolve_device(cfg.device)
-        algo = cfg.algo
-        seed_everything(cfg.seed)  # the same networks on every rank
-        self.batch_size = distributed.batch_per_rank(algo.batch_size, cfg.distributed.batch, env.num_envs, ranks)
         self.seed = ranks.rank_seed(cfg.seed)
         """This rank's seed: exploration, replay sampling, env resets (rank 0: the run seed)."""
-        self.spec = EnvSpec.of(env)
-        self.agent = make_algorithm(
-            algo, self.spec, self.device,
-            # updates run from global step `learning_starts` to the last one
-            total_critic_updates=max(cfg.total_steps - algo.learning_starts + 1, 1) * algo.num_updates,
-        )
-        if ranks.enabled:
-            distributed.broadcast_parameters_(self.agent, ranks)
-            self.agent.enable_data_parallel(ranks.world_size)
-            seed_everything(self.seed)
-            # every env starts an episode: this rank's own exploration draws (e.g. FastTD3's noise stds)
-            self.agent.episodes_ended(torch.ones(env.num_envs, dtype=torch.bool, device=self.device))
-        self.buffer = ReplayBuffer(
-            self.spec, algo.buffer_size,
-            critic_obs_extends_actor_obs=optional_attribute(env, "critic_obs_extends_actor_obs"),
-            n_step=algo.n_step, gamma=algo.gamma,
-            obs_dtype=torch.bfloat16 if algo.store_obs_bf16 else torch.float32, device=self.device,
-        )
-        self.sample_generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.mirror = mirror_augmentation(env, self.device) if algo.symmetry else None
+        self.learning = learning = Learning(cfg, env, self.device, ranks, self.seed)
+        self.spec, self.agent, self.buffer, self.mirror = learning.spec, learning.agent, learning.buffer, learning.mirror
+        self.sample_generator, self.batch_size = learning.sample_generator, learning.batch_size
         self.hooks = Hooks(())
         self.collector = Collector(cfg, self.agent, self.buffer, env.num_envs, self.device, ranks,
                                    phase=lambda name: self.hooks.phase(name))
@@ -111,10 +88,6 @@ class Runner:
         self.run_hooks: list[Hook] = [EvaluationHook(self.gate), self.gate, *hooks]
         self.logger = logger
         self._observations: tuple[torch.Tensor, torch.Tensor | None] | None = None  # to go on from
-        self._metrics: dict[str, torch.Tensor] = {}  # the latest value of every update metric
-        self._updates_since_log = 0
-        self._first_update_in_interval = False
-        self._updated_in_this_process = False
         self._interval: IntervalClock | None = None
         self.until_step = cfg.total_steps
         """Where the current `train` call ends."""
@@ -212,7 +185,7 @@ class Runner:
         return any([hook.should_stop(self) for hook in self.hooks])  # every hook asked: each may sync ranks
 
     def learning_started(self) -> bool:
-        return len(self.buffer) >= max(self.cfg.algo.learning_starts, 1)
+        return self.learning.started()
 
     def _due(self, interval: int) -> bool:
         return interval > 0 and self.global_step % interval == 0
@@ -235,25 +208,7 @@ class Runner:
     # ================================================================ learn
     def learn(self) -> None:
         """`num_updates` updates (the actor on its own schedule) on fresh samples."""
-        first = not self._updated_in_this_process  # the first update compiles
-        if first:
-            self._updated_in_this_process = self._first_update_in_interval = True
-            started = time.perf_counter()
-            if self.logger is not None:
-                self.logger.learning_begins(self.global_step, compiles=self.cfg.algo.compile)
-        phase = self.hooks.phase
-        with phase("sample"):
-            batches = self.buffer.sample_many(self.batch_size, self.cfg.algo.num_updates,
-                                              generator=self.sample_generator)
-        for batch in batches:
-            if self.mirror is not None:
-                with phase("mirror"):
-                    batch = self.mirror(batch)
-            with phase("update"):
-                self._metrics.update(self.agent.update(batch).items())
-        self._updates_since_log += self.cfg.algo.num_updates
-        if first and self.logger is not None:
-            self.logger.first_update_done(self.global_step, time.perf_counter() - started)
+        self.learning.learn(self.global_step, self.hooks.phase, self.logger)
 
     # ================================================================ log
     def log(self) -> None:
@@ -262,16 +217,13 @@ class Runner:
         with self.hooks.phase("log"):
             self._stop_if_non_finite()
             device_metrics = distributed.sum_over_ranks(self.collector.episodes.read(), self.ranks)  # every rank's
-            names = self.agent.metric_names
-            device_metrics.update({names.get(k, f"algo/{k}"): v for k, v in self._metrics.items()})
-            metrics = to_host(device_metrics)
+            update_metrics, updates, compiled_in_it = self.learning.take_metrics()
+            metrics = to_host(device_metrics | update_metrics)
             episode_means(metrics)
             metrics.update({f"lr/{k.removesuffix('_lr')}": v for k, v in self.agent.learning_rates().items()})
             metrics.update(self._interval.rates(self.global_step, self.env.num_envs * self.ranks.world_size,
-                                                self._updates_since_log, self._first_update_in_interval))
+                                                updates, compiled_in_it))
             metrics.update(self.cores.metrics())
-            self._updates_since_log = 0
-            self._first_update_in_interval = False
             self.logger.log(self.global_step, metrics)
         for hook in self.hooks:
             hook.on_log(self, metrics)

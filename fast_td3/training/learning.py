@@ -5,17 +5,20 @@ step with the latest value of each of their metrics. The runner owns one and cal
 from __future__ import annotations
 
 import time
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager
 
+import numpy as np
 import torch
 
 from envs.protocol import EnvSpec, VecEnv, optional_attribute
 from fast_td3.learner.algorithms import make_algorithm
 from fast_td3.learner.replay import ReplayBuffer
 from fast_td3.learner.symmetry import mirror_augmentation
+from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed
+from fast_td3.training.checkpoint import CheckpointMismatchError
 from fast_td3.training.config import TrainConfig
-from fast_td3.training.run_state import seed_everything
+from fast_td3.training.run_state import restore_rng, rng_state, seed_everything
 
 
 class Learning:
@@ -27,6 +30,7 @@ class Learning:
 
     def __init__(self, cfg: TrainConfig, env: VecEnv, device: torch.device, ranks: distributed.Context,
                  seed: int) -> None:
+        self.ranks, self.seed = ranks, seed
         algo = self.algo = cfg.algo
         seed_everything(cfg.seed)  # the same networks on every rank
         self.batch_size = distributed.batch_per_rank(algo.batch_size, cfg.distributed.batch, env.num_envs, ranks)
@@ -89,3 +93,32 @@ class Learning:
         taken = metrics, self.updates_since_log, self.first_update_in_interval
         self.updates_since_log, self.first_update_in_interval = 0, False
         return taken
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self, with_buffer: bool) -> dict[str, Any]:
+        """The learner's part of a checkpoint: the algorithm's training state, the sampling
+        stream, and with `with_buffer` the replay buffer."""
+        state = {"agent": self.agent.training_state(), "rng": rng_state(self.sample_generator)}
+        if with_buffer:
+            state[ckpt.BUFFER_KEY] = self.buffer.state_dict()
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put back the learner's part of an (upgraded) checkpoint of envs of this shape and this
+        algorithm; a rank other than 0 goes on with streams of its own."""
+        algo, trained = self.algo.name, state["config"].get("algo", {}).get("name", "fast_td3")
+        if state["env"] != self.spec.record():
+            raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are "
+                                          f"{self.spec.record()}")
+        if trained != algo:
+            raise CheckpointMismatchError(f"checkpoint was trained with algo={trained}, this run is algo={algo}")
+        self.agent.load_training_state(state["agent"])
+        if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
+            restore_rng(state["rng"], self.sample_generator)
+        if ckpt.BUFFER_KEY in state:  # rank 0's transitions on every rank: all ranks start learning together
+            self.buffer.load_state_dict(state[ckpt.BUFFER_KEY])
+        if not self.ranks.is_main:  # not the runner's env-reset seed ([seed, step]): a third entry
+            step = int(state["global_step"])
+            rank_stream = int(np.random.SeedSequence([self.seed, step, 1]).generate_state(1)[0])
+            seed_everything(rank_stream)
+            self.sample_generator.manual_seed(rank_stream)

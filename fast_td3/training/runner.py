@@ -27,7 +27,6 @@ from envs.protocol import VecEnv, optional_attribute
 from fast_td3.learner.device import resolve_device
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed
-from fast_td3.training.checkpoint import CheckpointMismatchError
 from fast_td3.training.config import TrainConfig, config_dict
 from fast_td3.training.collector import Collector
 from fast_td3.training.contention import CoreMonitor
@@ -41,7 +40,7 @@ from fast_td3.training.learning import Learning
 from fast_td3.training.periodic_eval import EvaluationHook
 from fast_td3.training.run_envs import RunEnvs, make_run_envs
 from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
-from fast_td3.training.run_state import restore_rng, rng_state, seed_everything, upgrade
+from fast_td3.training.run_state import upgrade
 
 VIDEO_FPS = 30
 
@@ -251,26 +250,17 @@ class Runner:
 
     # ================================================================ checkpoints
     def state(self, with_buffer: bool = True) -> dict[str, Any]:
-        """The checkpoint: step, the algorithm's training state, RNG streams, the env record, config,
-        the best evaluation so far, and the replay buffer with save_buffer (unless `with_buffer` is
-        false: best.pt and the gate's checkpoints are for evaluation and export)."""
-        state = {"format": ckpt.FORMAT, "global_step": self.global_step, "agent": self.agent.training_state(),
-                 "rng": rng_state(self.sample_generator), "env": self.spec.record(), "config": config_dict(self.cfg),
-                 "best_eval": self.best_eval,
-                 "env_parts": {name: part.state_dict() for name, part in self.checkpointed_env_parts.items()}}
-        if self.cfg.save_buffer and with_buffer:
-            state[ckpt.BUFFER_KEY] = self.buffer.state_dict()
-        return state
+        """The checkpoint: step, the learner's state (algorithm, sampling stream, and the replay
+        buffer with save_buffer unless `with_buffer` is false: best.pt and the gate's checkpoints
+        are for evaluation and export), the env record, config, the best evaluation so far."""
+        return {"format": ckpt.FORMAT, "global_step": self.global_step,
+                **self.learning.state(with_buffer and self.cfg.save_buffer),
+                "env": self.spec.record(), "config": config_dict(self.cfg), "best_eval": self.best_eval,
+                "env_parts": {name: part.state_dict() for name, part in self.checkpointed_env_parts.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Put back an (upgraded) checkpoint of envs of this shape and this algorithm."""
-        algo, trained = self.cfg.algo.name, state["config"].get("algo", {}).get("name", "fast_td3")
-        if state["env"] != self.spec.record():
-            raise CheckpointMismatchError(f"checkpoint was trained on envs {state['env']}, these envs are "
-                                          f"{self.spec.record()}")
-        if trained != algo:
-            raise CheckpointMismatchError(f"checkpoint was trained with algo={trained}, this run is algo={algo}")
-        self.agent.load_training_state(state["agent"])
+        self.learning.load_state(state)
         self.global_step = int(state["global_step"])
         self._observations = None  # the envs restart: a simulator's state is not in a checkpoint
         self.best_eval = state.get("best_eval")  # older checkpoints: none yet
@@ -278,14 +268,6 @@ class Runner:
         for name, part in self.checkpointed_env_parts.items():
             if name in saved_parts:
                 part.load_state_dict(saved_parts[name])
-        if self.ranks.is_main:  # rank 0's streams were saved; the other ranks continue their own below
-            restore_rng(state["rng"], self.sample_generator)
-        if ckpt.BUFFER_KEY in state:  # rank 0's transitions on every rank: all ranks start learning together
-            self.buffer.load_state_dict(state[ckpt.BUFFER_KEY])
-        if not self.ranks.is_main:  # not the env-reset seed of `_reset_envs` ([seed, step]): a third entry
-            rank_stream = int(np.random.SeedSequence([self.seed, self.global_step, 1]).generate_state(1)[0])
-            seed_everything(rank_stream)
-            self.sample_generator.manual_seed(rank_stream)
 
     def save(self, wait_for_all: bool = True) -> Path | None:
         """Rank 0 writes the checkpoint; with `wait_for_all`, every rank returns once it exists

@@ -1,8 +1,8 @@
-"""One command-line convention for the seven console scripts, with the other spelling understood.
+"""One command-line convention for the eight console scripts, with the other spelling understood.
 
 `fast-td3-train`, `fast-td3-export` and `fast-td3-sim2sim` take `key=value`; `fast-td3-eval`,
-`fast-td3-play`, `fast-td3-report` and `fast-td3-gate` take a path and `--flags`. A user who writes one tool's
-spelling to another is understood, never misread:
+`fast-td3-play`, `fast-td3-report`, `fast-td3-gate` and `fast-td3-ship` take a path and `--flags`.
+A user who writes one tool's spelling to another is understood, never misread:
 
 - the `--flags` tools (`ArgumentParser`) read `key=value` as `--key value`, `<positional>=<path>` as
   the path, and `flag=true|false` as a switch: `fast-td3-report <run> out=report.html` writes the

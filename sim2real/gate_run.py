@@ -13,7 +13,7 @@ Eval return says how the policy does on the training task; the gate says whether
 bundle walks the scripted joystick sequence on the robot's settings. This prints both per
 checkpoint, so a run can be stopped (or a checkpoint shipped) on the gate's evidence. With
 `--robust`, the `bar` column says whether a checkpoint clears the bar a robust bundle ships on
-(scripts/ship_t1_bundle.py: both gates passed, nominal errors within the margin, forward
+(`fast-td3-ship`, sim2real/ship.py: both gates passed, nominal errors within the margin, forward
 coverage), and the row's `below_the_bar` says where it falls short. The bundles go to
 `<run>/gated/step_<N>/` and are kept. Every option and output is checked before the first
 checkpoint is gated: a refusal is one line and exit code 2.

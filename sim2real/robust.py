@@ -173,7 +173,7 @@ def nominal_shortfalls(nominal: sim2sim.Sim2SimReport, margin: float = SHIPPING_
 
 def shipping_shortfalls(nominal: sim2sim.Sim2SimReport, report: RobustReport, margin: float = SHIPPING_MARGIN,
                         min_coverage: float = SHIPPING_MIN_COVERAGE) -> list[str]:
-    """The bar a robust bundle ships on (scripts/ship_t1_bundle.py): the robust gate passed and the
+    """The bar a robust bundle ships on (`fast-td3-ship`, sim2real/ship.py): the robust gate passed and the
     nominal gate within the margin; what falls short, in words (empty: it clears the bar)."""
     short = [] if report.passed else [f"robust pass rate {report.robust_pass_rate:.0%} < {report.min_pass_rate:.0%}"]
     return short + nominal_shortfalls(nominal, margin, min_coverage)

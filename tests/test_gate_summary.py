@@ -40,8 +40,7 @@ def test_recipe_table_rows_hold_what_seeds_json_needs(tmp_path):
 
     import yaml
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import recipe_table
+    from fast_td3.analysis import recipe_table
 
     run = tmp_path / "runs" / "0_T1_seed3"
     run.mkdir(parents=True)

@@ -71,8 +71,7 @@ def test_each_verdicts_row_and_each_trials_failures_by_kind(tmp_path):
 
 
 def test_recipe_table_prints_the_matrix_on_request(tmp_path, capsys):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import recipe_table
+    from fast_td3.analysis import recipe_table
 
     run = tmp_path / "runs" / "run_0"
     run.mkdir(parents=True)

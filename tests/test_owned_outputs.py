@@ -16,7 +16,6 @@ import pytest
 from test_robust_gate import _t1_shaped_run
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 BIN = Path(sys.executable).parent
 
 
@@ -48,7 +47,7 @@ def t1_runs(tmp_path) -> Path:
 @pytest.mark.parametrize("out", ["runs", "runs/T1LowDimJoystickFlatTerrain", "runs/T1LowDimJoystickFlatTerrain/a",
                                  "runs/T1LowDimJoystickFlatTerrain/a/checkpoints", "mine", "file.txt"])
 def test_ship_refuses_an_out_that_would_delete_what_it_did_not_write(t1_runs, tmp_path, out, capsys):
-    import ship_t1_bundle
+    from sim2real import ship as ship_t1_bundle
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("years of work")
@@ -66,7 +65,7 @@ def test_ship_refuses_an_out_that_would_delete_what_it_did_not_write(t1_runs, tm
     (["--seeds", "nowhere"], ["nowhere", "not a run folder"]),
 ])
 def test_ship_refuses_bad_numbers_and_missing_runs_before_any_work(t1_runs, tmp_path, extra, words, capsys):
-    import ship_t1_bundle
+    from sim2real import ship as ship_t1_bundle
 
     before = tree(tmp_path)
     assert ship_t1_bundle.main([str(t1_runs), "--step", "10", "--out", str(tmp_path / "new"), *extra]) == 2
@@ -78,7 +77,7 @@ def test_ship_refuses_bad_numbers_and_missing_runs_before_any_work(t1_runs, tmp_
 def test_ship_refuses_a_run_of_another_task(tmp_path, capsys):
     import yaml
 
-    import ship_t1_bundle
+    from sim2real import ship as ship_t1_bundle
 
     run_dir = tmp_path / "run"
     _t1_shaped_run(run_dir)
@@ -90,7 +89,7 @@ def test_ship_refuses_a_run_of_another_task(tmp_path, capsys):
 
 
 def test_ship_replaces_its_own_bundle_only_with_force(t1_runs, tmp_path, capsys):
-    import ship_t1_bundle
+    from sim2real import ship as ship_t1_bundle
 
     out = tmp_path / "shipped"
     argv = [str(t1_runs), "--step", "10", "--out", str(out), "--allow-fail"]

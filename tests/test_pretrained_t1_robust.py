@@ -1,6 +1,6 @@
 """The shipped robust T1 policy (`sim2real/pretrained/t1_robust`): it clears the bar it shipped on.
 
-The bar (scripts/ship_t1_bundle.py): the nominal gate with every mean tracking error at most 80%
+The bar (fast-td3-ship (sim2real/ship.py)): the nominal gate with every mean tracking error at most 80%
 of its limit and forward coverage of at least 75%, and the robust gate over 20 trials (seed 0)
 at a pass rate of at least 0.9, both played on both sides (`sim2sim.both_sides()`). The default
 tier plays the nominal gate and two of the recorded trials that passed (about 15 s on 2 cores);
@@ -97,8 +97,7 @@ def test_the_shipped_evidence_is_complete():
     assert all(not row["run"].startswith("/") for row in seeds)  # folder names, not one machine's paths
     assert any(row["command"] == info["command"] for row in seeds)  # the shipped run is one of the rows
     # each row is what its kept evidence (seeds/<task>/<run>/: config, overrides, metrics) says
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import recipe_table
+    from fast_td3.analysis import recipe_table
 
     for row in seeds:
         recomputed = json.loads(json.dumps(json_safe(recipe_table.row(BUNDLE / "seeds" / row["run"], row["note"]))))

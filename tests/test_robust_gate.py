@@ -352,7 +352,7 @@ def test_a_resume_recalls_the_gates_verdicts_and_best_pt(tmp_path, monkeypatch):
 
 def test_the_robust_recipe_gates_while_training_as_the_shipping_gate_does():
     """preset=cpu_t1's gate in the loop plays the segment length `fast-td3-sim2sim` and
-    scripts/ship_t1_bundle.py judge with: shorter segments hide a heading that drifts."""
+    fast-td3-ship (sim2real/ship.py) judge with: shorter segments hide a heading that drifts."""
     import inspect
 
     from test_precision import composed
@@ -478,10 +478,9 @@ def _t1_shaped_run(run_dir: Path) -> None:
 
 @pytest.mark.parametrize("both_sides", [False, True])
 def test_ship_t1_bundle_plays_the_right_side_when_asked(tmp_path, both_sides):
-    """scripts/ship_t1_bundle.py's gates play the sequence asked for, and training.json names it (an
+    """fast-td3-ship (sim2real/ship.py)'s gates play the sequence asked for, and training.json names it (an
     untrained policy falls at once, so `--allow-fail` ships it, marked failing)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import ship_t1_bundle
+    from sim2real import ship as ship_t1_bundle
 
     _t1_shaped_run(tmp_path / "run")
     out = tmp_path / "shipped"
@@ -499,9 +498,8 @@ def test_ship_t1_bundle_plays_the_right_side_when_asked(tmp_path, both_sides):
 def test_ship_t1_bundle_keeps_the_evidence_each_seeds_row_is_computed_from(tmp_path):
     """`--seeds` writes seeds.json and, under `seeds/<task>/<run>/`, the files each row came from:
     with the run folder gone, the bundle's copy gives the same row."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import recipe_table
-    import ship_t1_bundle
+    from fast_td3.analysis import recipe_table
+    from sim2real import ship as ship_t1_bundle
 
     from fast_td3.files import json_safe
 

@@ -7,7 +7,7 @@ over the draws (a policy that is simply not robust enough) or pile up on a few (
 perturbation it has not learnt: on the T1 recipe, a trial whose encoder offsets make the
 heading drift while it walks forward failed at nearly every checkpoint of two seeds).
 
-    python scripts/recipe_table.py <run> --trials 30000    # the matrix from step 30000 on
+    python -m fast_td3.analysis.recipe_table <run> --trials 30000    # the matrix from step 30000 on
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Put a trained T1LowDim checkpoint in the package as a pretrained bundle, with its evidence.
 
-    python scripts/ship_t1_bundle.py runs/T1LowDimJoystickFlatTerrain/<run> --step 60000
-    python scripts/ship_t1_bundle.py <run> --step 60000 --out sim2real/pretrained/t1_robust \\
+    fast-td3-ship runs/T1LowDimJoystickFlatTerrain/<run> --step 60000
+    fast-td3-ship <run> --step 60000 --out sim2real/pretrained/t1_robust \\
         --robust 20 --both-sides --seeds <run> <other runs of the recipe...> --note "each alone, default threads"
 
 Writes to `--out` (default `sim2real/pretrained/t1_flat`): the export bundle (`policy.pt`,
@@ -14,7 +14,7 @@ precision the run resolved. With `--robust N`, also the robust gate's report ove
 mean tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward
 coverage at least 75%. `--both-sides` plays the step and the turn to the right too, in both
 gates (`sim2sim.both_sides()`). With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
-(scripts/recipe_table.py), and under `seeds/<task>/<run>/` the files each row is computed from
+(fast_td3/analysis/recipe_table.py), and under `seeds/<task>/<run>/` the files each row is computed from
 (`config.yaml`, the overrides, `metrics.jsonl.gz`): the rows can be recomputed from the bundle
 after the run folders are gone (a run folder lives on one machine). Exits 1, shipping nothing,
 when the gate (or the bar) fails, unless `--allow-fail` (then `training.json` says so). It
@@ -37,21 +37,21 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from fast_td3.files import json_safe  # noqa: E402
-from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics  # noqa: E402
-from fast_td3.learner.precision import cpu_model  # noqa: E402
-import recipe_table  # noqa: E402  (scripts/, beside this file)
-from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED  # noqa: E402
-from fast_td3.analysis.report_runs import find_runs, overrides_file  # noqa: E402
-from sim2real import robust, sim2sim  # noqa: E402
-from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, export_bundle  # noqa: E402
+from fast_td3.command_line import ArgumentParser
+from fast_td3.files import json_safe
+from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics
+from fast_td3.learner.precision import cpu_model
+from fast_td3.analysis import recipe_table
+from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED
+from fast_td3.analysis.report_runs import find_runs, overrides_file
+from sim2real import robust, sim2sim
+from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, export_bundle
 
+PROG = "fast-td3-ship"
 T1_TASK_PREFIX = "T1LowDimJoystick"
 """The tasks whose checkpoints export to a T1 deploy bundle (sim2real/export.py, `t1_bundle_extras`)."""
-DEFAULT_OUT = ROOT / "sim2real" / "pretrained" / "t1_flat"
+DEFAULT_OUT = Path(__file__).resolve().parent / "pretrained" / "t1_flat"
 
 
 def plot_curve(records: list[dict], step: int, path: Path, title: str) -> None:
@@ -176,7 +176,7 @@ def replace_folder(staging: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -195,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checkpoint = check_args(args)
     except ShipRefused as error:
-        print(f"ship_t1_bundle: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     # staging is this command's own: a fresh name beside --out, gone on every way out
     staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.staging-", dir=args.out.absolute().parent))
     try:
         return ship(args, checkpoint, staging)
     except (ValueError, OSError) as error:
-        print(f"ship_t1_bundle: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -271,5 +271,9 @@ def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> None:
+    sys.exit(main(argv))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

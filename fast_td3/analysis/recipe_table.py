@@ -1,8 +1,8 @@
 """How a recipe fared on each seed, from its runs' gate-in-the-loop verdicts: a table and seeds.json rows.
 
-    python scripts/recipe_table.py runs/sweeps/<sweep> runs/T1LowDimJoystickFlatTerrain/<run> ...
-    python scripts/recipe_table.py <runs...> --json seeds.json --note "two runs at once, one thread each"
-    python scripts/recipe_table.py <run> --trials 30000   # also: which perturbed trials fail, from step 30000 on
+    python -m fast_td3.analysis.recipe_table runs/sweeps/<sweep> runs/T1LowDimJoystickFlatTerrain/<run> ...
+    python -m fast_td3.analysis.recipe_table <runs...> --json seeds.json --note "two runs at once, one thread each"
+    python -m fast_td3.analysis.recipe_table <run> --trials 30000   # also: which perturbed trials fail, from step 30000 on
 
 Per run: the algorithm, seed, CPU and the command that reproduces it; the wall time to the first
 checkpoint that passed the nominal gate and to the first the robust gate passed (nominal plus
@@ -25,14 +25,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from fast_td3.analysis.gate_summary import describe_pass, gate_summary  # noqa: E402
-from fast_td3.analysis.gate_trials import trial_matrix  # noqa: E402
-from fast_td3.analysis.report_runs import find_runs, overrides_file  # noqa: E402
-from fast_td3.learner.precision import cpu_model  # noqa: E402
-from fast_td3.training.metrics_log import read_metrics  # noqa: E402
+from fast_td3.analysis.gate_summary import describe_pass, gate_summary
+from fast_td3.analysis.gate_trials import trial_matrix
+from fast_td3.analysis.report_runs import find_runs, overrides_file
+from fast_td3.learner.precision import cpu_model
+from fast_td3.training.metrics_log import read_metrics
 
 
 def training_command(run_dir: Path) -> str:

@@ -26,6 +26,7 @@ from fast_td3.learner.algorithms.fast_td3 import FastTD3
 from fast_td3.learner.config import AlgoConfig
 from fast_td3.learner.precision import cpu_model, resolve_precision
 from fast_td3.learner.replay import ReplayBuffer
+from fast_td3.analysis.phase_clock import synchronize  # noqa: F401 (bench.py and gpu_check.py import it from here)
 
 MODES = {  # name -> (precision, compile)
     "eager fp32": ("fp32", False),
@@ -56,11 +57,6 @@ def synthetic_batch(batch_size: int, device: torch.device) -> dict:
             )
         )
     return buffer.sample(batch_size)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def time_mode(batch, precision: str, compile_: bool, device: torch.device, min_seconds: float, min_iters: int):

@@ -41,6 +41,10 @@ POLICY_PT, POLICY_ONNX, META_JSON, T1_YAML = "policy.pt", "policy.onnx", "meta.j
 NORMALIZATION_FORMULA = "(obs - mean) / (std + eps)"
 
 
+T1_TASK_PREFIX = "T1LowDimJoystick"
+"""The tasks whose checkpoints export to a T1 deploy bundle (`t1_bundle_extras`)."""
+
+
 class DeployPolicy(nn.Module):
     """Raw observations to actions, as the algorithm's `act` computes them (in float32).
 
@@ -108,7 +112,7 @@ def t1_bundle_extras(cfg, gait_frequency: float | None = None) -> dict | None:
     the deployment contract of the Playground config the run trained with. `gait_frequency`
     replaces the run's `commands.deploy_gait_frequency` (training never reads it: any frequency
     inside the trained `commands.gait_frequency` range is a deploy-time choice)."""
-    if not cfg.env.task.startswith("T1LowDimJoystick"):
+    if not cfg.env.task.startswith(T1_TASK_PREFIX):
         if gait_frequency is not None:
             raise ValueError(f"gait_frequency is a T1 deploy setting; {cfg.env.task} has none")
         return None

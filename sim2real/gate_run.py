@@ -31,7 +31,7 @@ from fast_td3.files import check_output_file
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
 from sim2real import robust, sim2sim
-from sim2real.export import check_bundle_out, export_bundle
+from sim2real.export import T1_TASK_PREFIX, check_bundle_out, export_bundle
 from sim2real.gate_cli import MAX_SEGMENT_SECONDS
 
 PROG = "fast-td3-gate"
@@ -159,7 +159,7 @@ def checkpoints_to_gate(args) -> list[Path]:
     if not checkpoints:
         raise GateRunError(f"{args.run} has no checkpoints/step_*.pt")
     task = (ckpt.load(checkpoints[-1]).get("config") or {}).get("env", {}).get("task", "?")
-    if not str(task).startswith("T1LowDimJoystick"):
+    if not str(task).startswith(T1_TASK_PREFIX):
         raise GateRunError(f"{args.run} trained {task}: the gate plays T1LowDimJoystick* policies only")
     checkpoints = checkpoints[args.average - 1:]  # the first K-1 have too few predecessors to average
     if args.steps:

@@ -46,11 +46,9 @@ from fast_td3.analysis import recipe_table
 from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED
 from fast_td3.analysis.report_runs import find_runs, overrides_file
 from sim2real import robust, sim2sim
-from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, export_bundle
+from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, T1_TASK_PREFIX, export_bundle
 
 PROG = "fast-td3-ship"
-T1_TASK_PREFIX = "T1LowDimJoystick"
-"""The tasks whose checkpoints export to a T1 deploy bundle (sim2real/export.py, `t1_bundle_extras`)."""
 DEFAULT_OUT = Path(__file__).resolve().parent / "pretrained" / "t1_flat"
 
 

@@ -12,16 +12,23 @@ A user who writes one tool's spelling to another is understood, never misread:
 - `fast-td3-train` (Hydra's own flags use `--`) answers `--key value` with one line naming the
   `key=value` to write (`key_value_hint`).
 
-A `key=value` naming no option of a `--flags` tool is one line naming the options. It imports nothing
-from the project: every layer may use it.
+A `key=value` naming no option of a `--flags` tool is one line naming the options. Every mistake on
+the command line is one line and exit code 2 (`ArgumentParser.error`), and a value is checked by its
+kind (`whole`, `number`, `path_in`, `file_out`, `folder_out`: the message names the option and what
+is allowed; an output is checked before any work);
+tests/test_fuzz_commands.py reads these kinds from each parser to generate bad values for it. It
+imports nothing from the project: every layer may use it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _KEY = re.compile(r"[A-Za-z][\w-]*")
@@ -51,6 +58,23 @@ class ArgumentParser(argparse.ArgumentParser):
 
         group.add_argument = add_argument
         return group
+
+    def error(self, message: str):
+        """One line and exit code 2: the one thing that is wrong, not the usage block."""
+        self.refuse(f"{message} ({self.prog} --help lists the options)")
+
+    def refuse(self, message: str):
+        """`message` as the one line of a refused command line (exit code 2)."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str):
+        """A value its kind refused reads `--key value: give <the allowed range>`."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as error:
+            if isinstance(error.__context__, KindRefusal):
+                self.refuse(f"{max(action.option_strings, key=len, default=action.dest)} {error.__context__}")
+            raise
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
@@ -85,11 +109,139 @@ class ArgumentParser(argparse.ArgumentParser):
                 elif value.lower() in TRUE:
                     out.append(flag)
                 elif value.lower() not in FALSE:
-                    self.error(f"{arg}: {flag} is a switch; write {key}=true, {key}=false or {flag}")
+                    self.refuse(f"{arg}: {flag} is a switch; write {key}=true, {key}=false or {flag}")
             else:
                 known = ", ".join(sorted({flag for flag, _ in options.values()}))
-                self.error(f"{arg}: {self.prog} has no option {key} (options: {known})")
+                self.refuse(f"{arg}: {self.prog} has no option {key} (options: {known})")
         return out + rest
+
+
+SEED_MAX = 2**64 - 1
+"""torch's generators take seeds up to 2**64 - 1 (env seeds are derived from the run seed)."""
+ENVS_MAX = 4096
+"""Envs (or episodes, one per env) a checking tool simulates at once: more is a typo on a laptop."""
+FPS_MAX = 240
+SEGMENT_SECONDS_MAX = 3600.0
+"""Seconds per segment of the sim-to-sim sequence: an hour; longer (`1e9`, `inf`) is a typo, not a gate."""
+TRIALS_MAX = 10_000
+"""Robust gate trials: 10,000 is days of CPU; more is a typo."""
+
+
+class KindRefusal(argparse.ArgumentTypeError):
+    """A value outside its kind: `<value>: give <what is allowed>` (or what is wrong with the path)."""
+
+
+def _kind(name: str, parse: Callable[[str], object], allowed: str) -> Callable[[str], object]:
+    """`parse` as an argparse `type`, marked with what it takes (read by the fuzz harness and --help)."""
+    parse.kind, parse.allowed = name, allowed
+    parse.__name__ = allowed  # argparse names the type in its own messages
+    return parse
+
+
+def whole(minimum: int = 0, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number from `minimum` to `maximum`: "1.9", "nan" and "1e9" are refused, not truncated."""
+    allowed = f"a whole number from {minimum} to {maximum}" if maximum is not None else f"a whole number, {minimum} or more"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise KindRefusal(f"{text}: give {allowed}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise KindRefusal(f"{text}: give {allowed}")
+        return value
+
+    return _kind("whole", parse, allowed)
+
+
+def number(minimum: float = 0.0, maximum: float = math.inf, above_minimum: bool = True) -> Callable[[str], float]:
+    """A finite number above (or from) `minimum`, up to `maximum`: nan and inf are refused."""
+    if not math.isfinite(maximum):
+        allowed = f"a number above {minimum:g}" if above_minimum else f"a number, {minimum:g} or more"
+    else:
+        allowed = f"a number {'above' if above_minimum else 'from'} {minimum:g} up to {maximum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise KindRefusal(f"{text}: give {allowed}") from None
+        if not (math.isfinite(value) and (value > minimum if above_minimum else value >= minimum) and value <= maximum):
+            raise KindRefusal(f"{text}: give {allowed}")
+        return value
+
+    return _kind("number", parse, allowed)
+
+
+def _path(text: str) -> Path:
+    if not text.strip() or "\0" in text:
+        raise KindRefusal(f"{text!r}: give a path")
+    return Path(text).expanduser()
+
+
+def _file_out(text: str) -> Path:
+    path = _path(text)
+    problem = output_problem(path, folder=False)
+    if problem:
+        raise KindRefusal(f"{text}: {problem}")
+    return path
+
+
+def _folder_out(text: str) -> Path:
+    path = _path(text)
+    problem = output_problem(path, folder=True)
+    if problem:
+        raise KindRefusal(f"{text}: {problem}")
+    return path
+
+
+RUN_FILES = ("config.yaml", "metrics.jsonl")
+BUNDLE_FILES = ("meta.json", "policy.pt")
+"""What marks a run folder (fast_td3/training/recording.py) and an export bundle (sim2real/export.py)."""
+
+
+def belongs_to_a_run_or_bundle(path: Path) -> bool:
+    """Whether `path` is a run's or a bundle's own file or folder, or lies inside one's checkpoints."""
+    path = path.absolute()
+    for folder in path.parents:
+        marks = RUN_FILES if (folder / RUN_FILES[0]).is_file() else BUNDLE_FILES
+        if all((folder / name).is_file() for name in marks):
+            inside = path.relative_to(folder).parts
+            return path.exists() or inside[0] in ("checkpoints", ".hydra")
+    return False
+
+
+def output_problem(path: Path, folder: bool) -> str | None:
+    """What stops a command from writing `path` (a file, or a folder with `folder`), checked before
+    any work; None when nothing does. Replacing an existing output is each command's own rule."""
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        return f"its folder {parent} does not exist; create it or name another {'folder' if folder else 'file'}"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its folder {parent} is not writable"
+    if path.exists() and path.is_dir() != folder:
+        return f"is a {'file' if folder else 'folder'}: name a {'folder' if folder else 'file'}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is read-only"
+    if belongs_to_a_run_or_bundle(path):
+        return "is a run's or a bundle's own; name a path outside its files"
+    return None
+
+
+path_in = _kind("path_in", _path, "a path to read")
+"""A file or folder the command reads (its own checks say what it must hold)."""
+file_out = _kind("file_out", _file_out, "a file to write")
+"""A file the command writes: its folder exists and is writable, and it is no run's or bundle's own."""
+folder_out = _kind("folder_out", _folder_out, "a folder to write")
+"""A folder the command writes, by the same rules (what may be replaced there: the command's own)."""
+
+
+def read_value(key: str, text: str, kind: Callable[[str], object]) -> object:
+    """A `key=value` tool's value read by its kind: `ValueError("key=<value>: give <range>")` if refused."""
+    try:
+        return kind(text)
+    except KindRefusal as error:
+        raise ValueError(f"{key}={error}") from None
 
 
 def as_key_values(args: list[str], switches: tuple[str, ...] = (), positionals: tuple[str, ...] = ()) -> list[str]:

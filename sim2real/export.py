@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fast_td3.command_line import as_key_values
+from fast_td3.command_line import as_key_values, number, read_value, whole
 from sim2real.policy_average import averaged_checkpoint
 
 BUNDLE_FORMAT = "fast-td3-policy-bundle/1"
@@ -383,6 +383,7 @@ T1.yaml for T1 tasks).
 The other tools' spelling is read too: `fast-td3-export <run> <bundle> --use latest --force`.
 """
 _KEYS = ("checkpoint", "out", "use", "device", "force", "gait_frequency", "average")
+NUMBER_KINDS = {"gait_frequency": number(0, 100), "average": whole(1)}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -400,22 +401,22 @@ def _parse(argv: list[str]) -> dict[str, str]:
     for arg in argv:
         key, sep, value = arg.partition("=")
         if not sep or key not in _KEYS:
-            _fail(f"expected key=value with key one of {', '.join(_KEYS)}, got {arg!r}\n{USAGE}")
+            _fail(f"{arg!r}: give key=value with key one of {', '.join(_KEYS)} (fast-td3-export --help shows the usage)")
         args[key] = value
     for key in ("checkpoint", "out"):
         if not args.get(key):
-            _fail(f"missing {key}=...\n{USAGE}")
+            _fail(f"missing {key}=... (usage: fast-td3-export <run or checkpoint> <bundle folder> [key=value ...]; "
+                  "--help lists the keys)")
     if args.get("use", "best") not in ("best", "latest"):
         _fail(f"use must be best or latest, got {args['use']!r}")
     if args.get("force", "false").lower() not in _TRUE + _FALSE:
         _fail(f"force must be true or false, got {args['force']!r}")
-    if "gait_frequency" in args:
-        try:
-            float(args["gait_frequency"])
-        except ValueError:
-            _fail(f"gait_frequency must be a number in Hz, got {args['gait_frequency']!r}")
-    if not args.get("average", "1").isdigit() or int(args.get("average", "1")) < 1:
-        _fail(f"average must be a whole number of checkpoints, 1 or more, got {args['average']!r}")
+    try:
+        for key, kind in NUMBER_KINDS.items():
+            if key in args:
+                args[key] = read_value(key, args[key], kind)
+    except ValueError as error:
+        _fail(str(error))
     return args
 
 
@@ -425,8 +426,7 @@ def cli(argv: list[str] | None = None) -> None:
         bundle = export_bundle(args["checkpoint"], args["out"], args.get("device", "cpu"),
                                args.get("force", "false").lower() in _TRUE, args.get("use"),
                                say=lambda line: print(f"fast-td3-export: {line}", file=sys.stderr),
-                               gait_frequency=float(args["gait_frequency"]) if "gait_frequency" in args else None,
-                               average=int(args.get("average", "1")))
+                               gait_frequency=args.get("gait_frequency"), average=args.get("average", 1))
     except (FileNotFoundError, FileExistsError, ImportError, ValueError) as error:
         _fail(str(error))
     meta = json.loads((bundle / META_JSON).read_text())

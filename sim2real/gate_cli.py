@@ -5,19 +5,24 @@ robust (`sim2real/robust.py`). Options are `key=value`; bad input is one line on
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-from fast_td3.command_line import as_key_values
+from fast_td3.command_line import SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, as_key_values, number, read_value, whole
 from fast_td3.files import check_output_file, json_safe
 from sim2real import robust, sim2sim
 from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
 
 
 
-MAX_SEGMENT_SECONDS = 3600.0
-"""An hour per segment: longer (`seconds=1e9`, `inf`) is a typo, not a gate (it ran with no output)."""
+
+
+NUMBER_KINDS = {"seconds": number(0, SEGMENT_SECONDS_MAX), "min_height": number(0, 2),
+                "min_tilt_cos": number(-1, 1, above_minimum=False)}
+"""The numbers of the nominal gate, by kind: the seconds per segment (`seconds=1e9` is a typo, not a
+gate), the fall thresholds (a height in metres, the cosine of the trunk's tilt)."""
+LIMIT = number(0, above_minimum=False)
+"""A tracking threshold (max_lin_vel_error=, ...): a finite number, 0 or more."""
 
 
 def _parse(argv: list[str]) -> dict[str, str]:
@@ -47,15 +52,9 @@ def cli(argv: list[str] | None = None) -> None:
         unknown = set(options) - set(known)
         if unknown:
             raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
-        numbers = {key: _number(options, key) for key in ("seconds", "min_height", "min_tilt_cos") if key in options}
+        numbers = {key: read_value(key, options[key], kind) for key, kind in NUMBER_KINDS.items() if key in options}
         check_seconds(numbers.get("seconds", 20.0))
-        if not numbers.get("seconds", 20.0) <= MAX_SEGMENT_SECONDS:
-            raise BundleError(f"seconds={numbers['seconds']:g}: give at most {MAX_SEGMENT_SECONDS:g} s per segment "
-                              "(default 20)")
-        limits = {key: _number(options, key) for key in THRESHOLD_OPTIONS if key in options}
-        negative = [key for key, value in limits.items() if not value >= 0]
-        if negative:
-            raise BundleError(f"{', '.join(negative)} must be a number >= 0")
+        limits = {key: read_value(key, options[key], LIMIT) for key in THRESHOLD_OPTIONS if key in options}
         robust_mode = _flag(options, "robust")
         segments = sim2sim.sequence(_flag(options, "both_sides"))
         if not robust_mode and set(options) & set(robust.OPTIONS) - {"robust"}:
@@ -63,16 +62,15 @@ def cli(argv: list[str] | None = None) -> None:
                               "add robust=true")
         if robust_mode:
             ranges = robust.ranges_from_options(options)
-            trials, seed = _whole(options, "trials", robust.DEFAULT_TRIALS), _whole(options, "seed", 0)
-            min_pass_rate = _number(options, "min_pass_rate", robust.MIN_PASS_RATE)
-            if trials < 1 or seed < 0 or not 0.0 <= min_pass_rate <= 1.0:
-                raise BundleError(f"trials={trials} must be >= 1, seed={seed} >= 0, min_pass_rate={min_pass_rate} "
-                                  "in [0, 1]")
+            trials = read_value("trials", options.get("trials", str(robust.DEFAULT_TRIALS)), whole(1, TRIALS_MAX))
+            seed = read_value("seed", options.get("seed", "0"), whole(0, SEED_MAX))
+            min_pass_rate = read_value("min_pass_rate", options.get("min_pass_rate", str(robust.MIN_PASS_RATE)),
+                                       number(0, 1, above_minimum=False))
         if "report" in options:  # checked before the gate's minutes, not after
             report = check_output_file(options["report"], is_gate_report, "fast-td3-sim2sim")
         bundle = load_bundle(options["bundle"])
     except (ValueError, OverflowError) as error:  # BundleError, a number that is not one, trials=inf
-        print(f"error: {error}", file=sys.stderr)
+        print(f"fast-td3-sim2sim: error: {error}", file=sys.stderr)
         sys.exit(2)
     if robust_mode:
         result = robust.run(bundle, trials, seed, ranges, thresholds=Thresholds(**limits), min_pass_rate=min_pass_rate,
@@ -99,23 +97,6 @@ def is_gate_report(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(record, dict) and {"passed", "segments"} <= set(record)
-
-
-def _number(options: dict[str, str], key: str, default: float | None = None) -> float:
-    if key not in options:
-        return default
-    try:
-        return float(options[key])
-    except ValueError:
-        raise BundleError(f"{key}={options[key]}: not a number") from None
-
-
-def _whole(options: dict[str, str], key: str, default: int) -> int:
-    """A count or a seed: a whole number as written (`trials=1.9` is refused, not run as 1)."""
-    value = _number(options, key, default)
-    if not math.isfinite(value) or value != int(value):
-        raise BundleError(f"{key}={options[key]}: give a whole number")
-    return int(value)
 
 
 def _flag(options: dict[str, str], key: str) -> bool:

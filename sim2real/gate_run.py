@@ -26,13 +26,14 @@ import math
 import sys
 from pathlib import Path
 
-from fast_td3.command_line import ArgumentParser
+from fast_td3.command_line import (
+    SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, ArgumentParser, number, path_in, file_out, whole,
+)
 from fast_td3.files import check_output_file
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
 from sim2real import robust, sim2sim
 from sim2real.export import T1_TASK_PREFIX, check_bundle_out, export_bundle
-from sim2real.gate_cli import MAX_SEGMENT_SECONDS
 
 PROG = "fast-td3-gate"
 GATED_DIR = "gated"
@@ -108,20 +109,20 @@ def _rounded(value: float) -> float | None:
 def parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description="Every checkpoint of a T1 run exported and played through the "
                             "sim-to-sim gate (and the robust gate with --robust): a table of which pass.")
-    parser.add_argument("run", type=Path, help="a T1LowDimJoystick* run folder")
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per joystick segment (default 20)")
-    parser.add_argument("--last", type=int, default=0, help="only the last N checkpoints (default all)")
-    parser.add_argument("--steps", type=int, nargs="+", default=None, metavar="STEP",
+    parser.add_argument("run", type=path_in, help="a T1LowDimJoystick* run folder")
+    parser.add_argument("--seconds", type=number(0, SEGMENT_SECONDS_MAX), default=20.0, help="seconds per joystick segment (default 20)")
+    parser.add_argument("--last", type=whole(0), default=0, help="only the last N checkpoints (default all)")
+    parser.add_argument("--steps", type=whole(0), nargs="+", default=None, metavar="STEP",
                         help="only the checkpoints of these global steps (before --last)")
-    parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
-    parser.add_argument("--perturb", type=int, default=0,
+    parser.add_argument("--json", type=file_out, default=None, help="write the rows here too")
+    parser.add_argument("--perturb", type=whole(0, TRIALS_MAX), default=0,
                         help="also N gate runs with 1e-3 observation noise: how many pass (a margin probe)")
-    parser.add_argument("--robust", type=int, default=0, metavar="TRIALS",
+    parser.add_argument("--robust", type=whole(0, TRIALS_MAX), default=0, metavar="TRIALS",
                         help="also the robust gate: this many perturbed trials per checkpoint (sim2real/robust.py)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the robust trials' draws (default 0)")
-    parser.add_argument("--gait-frequency", type=float, default=None, metavar="HZ",
+    parser.add_argument("--seed", type=whole(0, SEED_MAX), default=0, help="seed of the robust trials' draws (default 0)")
+    parser.add_argument("--gait-frequency", type=number(0, 100), default=None, metavar="HZ",
                         help="deploy this gait frequency instead of the run's (inside its trained range)")
-    parser.add_argument("--average", type=int, default=1, metavar="K",
+    parser.add_argument("--average", type=whole(1), default=1, metavar="K",
                         help="gate the mean actor of each checkpoint and the K-1 before it (sim2real/policy_average.py)")
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates), as the ship does")
@@ -135,20 +136,6 @@ def is_gate_rows(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(rows, list) and all(isinstance(row, dict) and "step" in row and "passed" in row for row in rows)
-
-
-def check_options(args) -> None:
-    """The numbers, before any work."""
-    for name in ("last", "perturb", "robust"):
-        if getattr(args, name) < 0:
-            raise GateRunError(f"--{name.replace('_', '-')} {getattr(args, name)}: give 0 or more")
-    if args.average < 1:
-        raise GateRunError(f"--average must be 1 or more (1: each checkpoint alone), got {args.average}")
-    if not 0 < args.seconds <= MAX_SEGMENT_SECONDS:
-        raise GateRunError(f"--seconds {args.seconds:g}: give more than 0 and at most {MAX_SEGMENT_SECONDS:g} "
-                           "per segment (default 20)")
-    if args.gait_frequency is not None and not (math.isfinite(args.gait_frequency) and args.gait_frequency > 0):
-        raise GateRunError(f"--gait-frequency {args.gait_frequency:g}: give a frequency in Hz inside the trained range")
 
 
 def checkpoints_to_gate(args) -> list[Path]:
@@ -182,7 +169,6 @@ def checkpoints_to_gate(args) -> list[Path]:
 def main(argv: list[str] | None = None) -> list[dict]:
     """Gate the checkpoints `argv` picks; the rows (printed as a table, and to `--json`)."""
     args = parser().parse_args(argv)
-    check_options(args)
     checkpoints = checkpoints_to_gate(args)
     if args.json is not None:
         args.json = check_output_file(args.json, is_gate_rows, PROG)

@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 
-from fast_td3.command_line import ArgumentParser
+from fast_td3.command_line import SEED_MAX, TRIALS_MAX, ArgumentParser, number, path_in, folder_out, whole
 from fast_td3.files import json_safe
 from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics
 from fast_td3.learner.precision import cpu_model
@@ -135,12 +135,6 @@ def check_out(out: Path, sources: list[Path], force: bool) -> None:
 
 def check_args(args: argparse.Namespace) -> Path:
     """The checkpoint to ship, after every input was checked (nothing written yet)."""
-    for name in ("robust", "average"):
-        if getattr(args, name) < (1 if name == "average" else 0):
-            raise ShipRefused(f"--{name.replace('_', '-')} {getattr(args, name)}: give a whole number >= "
-                              f"{1 if name == 'average' else 0}")
-    if args.robust_seed < 0 or args.step < 0:
-        raise ShipRefused("--step and --robust-seed must be whole numbers >= 0")
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
     if not checkpoint.is_file():
         raise ShipRefused(f"no checkpoint {checkpoint}")
@@ -175,19 +169,19 @@ def replace_folder(staging: Path, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path)
-    parser.add_argument("--step", type=int, required=True, help="the checkpoint's global step")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("run", type=path_in, help="a T1LowDimJoystick* run folder")
+    parser.add_argument("--step", type=whole(0), required=True, help="the checkpoint's global step")
+    parser.add_argument("--out", type=folder_out, default=DEFAULT_OUT)
     parser.add_argument("--force", action="store_true", help="replace a bundle this command shipped to --out before")
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
-    parser.add_argument("--robust", type=int, default=0, help="robust gate trials (0: none)")
-    parser.add_argument("--robust-seed", type=int, default=0)
-    parser.add_argument("--margin", type=float, default=robust.SHIPPING_MARGIN, help="nominal errors at most this share of their limits")
+    parser.add_argument("--robust", type=whole(0, TRIALS_MAX), default=0, help="robust gate trials (0: none)")
+    parser.add_argument("--robust-seed", type=whole(0, SEED_MAX), default=0)
+    parser.add_argument("--margin", type=number(0, 1), default=robust.SHIPPING_MARGIN, help="nominal errors at most this share of their limits")
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates)")
-    parser.add_argument("--seeds", nargs="*", type=Path, default=[], help="the recipe's runs, for seeds.json")
+    parser.add_argument("--seeds", nargs="*", type=path_in, default=[], help="the recipe's runs, for seeds.json")
     parser.add_argument("--note", default="", help="how the seeds ran (alone or two at a time, threads), in each row")
-    parser.add_argument("--average", type=int, default=1, metavar="K",
+    parser.add_argument("--average", type=whole(1), default=1, metavar="K",
                         help="ship the mean actor of the checkpoint and the K-1 before it (sim2real/policy_average.py)")
     args = parser.parse_args(argv)
     try:

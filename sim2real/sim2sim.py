@@ -320,11 +320,11 @@ class Sim2SimReport:
         return total
 
 
-def check_seconds(seconds: float) -> None:
+def check_seconds(seconds: float, default: float = 20.0) -> None:
     """A segment must last past the settle time, or no tracking error can be measured."""
     if not seconds > SETTLE_SECONDS:
         raise BundleError(f"seconds={seconds:g} leaves nothing to judge: tracking is measured after the first "
-                          f"{SETTLE_SECONDS:g} s of each segment; give seconds > {SETTLE_SECONDS:g} (default 20)")
+                          f"{SETTLE_SECONDS:g} s of each segment; give seconds > {SETTLE_SECONDS:g} (default {default:g})")
 
 
 def wrapped_angle(angle: float) -> float:

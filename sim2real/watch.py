@@ -101,6 +101,7 @@ def play_bundle(path: str | Path, seconds: float | None = None, video: str | Pat
     in MuJoCo's viewer or recorded."""
     bundle = sim2sim.load_bundle(path)
     seconds = float(seconds or 10.0)
+    sim2sim.check_seconds(seconds, default=10.0)
     draw, segments = None, sim2sim.SEGMENTS
     if trial is not None:
         draw, seconds = trial_draw(bundle, trial, seed, seconds, gate_report)

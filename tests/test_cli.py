@@ -397,7 +397,7 @@ def test_eval_of_a_missing_checkpoint_says_so(tmp_path, capsys):
     from fast_td3.analysis.evaluate_checkpoint import cli
 
     (tmp_path / "empty_run").mkdir()
-    for argv, message in ([["run", "--episodes", "0"], "--episodes must be at least 1"],
+    for argv, message in ([["run", "--episodes", "0"], "--episodes 0: give a whole number from 1 to 4096"],
                           [[str(tmp_path / "empty_run")], "no checkpoint in"]):
         with pytest.raises(SystemExit) as exited:
             cli(argv)

@@ -3,7 +3,7 @@ one line (fast_td3/command_line.py), never misreads it."""
 
 import pytest
 
-from fast_td3.command_line import ArgumentParser, as_key_values, key_value_hint
+from fast_td3.command_line import ArgumentParser, as_key_values, key_value_hint, number, whole
 
 
 def report_like_parser() -> ArgumentParser:
@@ -46,6 +46,51 @@ def test_a_flags_tool_answers_an_unknown_key_in_one_line(word, message, capsys):
         report_like_parser().parse_args(["run", word])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"tool: error: {message}"
+
+
+def kinds_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="tool")
+    parser.add_argument("path")
+    parser.add_argument("--trials", type=whole(1, 100))
+    parser.add_argument("--seed", type=whole(0))
+    parser.add_argument("--seconds", type=number(0, 60))
+    parser.add_argument("--margin", type=number(0, 1, above_minimum=False))
+    return parser
+
+
+@pytest.mark.parametrize("words, line", [
+    (["--trials", "1.9"], "--trials 1.9: give a whole number from 1 to 100"),  # not truncated to 1
+    (["--trials", "0"], "--trials 0: give a whole number from 1 to 100"),
+    (["--trials", "101"], "--trials 101: give a whole number from 1 to 100"),
+    (["--seed", "-1"], "--seed -1: give a whole number, 0 or more"),
+    (["--seed", "2.7"], "--seed 2.7: give a whole number, 0 or more"),
+    (["--seconds", "nan"], "--seconds nan: give a number above 0 up to 60"),
+    (["--seconds", "inf"], "--seconds inf: give a number above 0 up to 60"),
+    (["--seconds", "0"], "--seconds 0: give a number above 0 up to 60"),
+    (["--seconds", "ten"], "--seconds ten: give a number above 0 up to 60"),
+    (["--margin", "-0.1"], "--margin -0.1: give a number from 0 up to 1"),
+    (["trials=-2"], "--trials -2: give a whole number from 1 to 100"),  # the key=value spelling too
+])
+def test_a_value_outside_its_kind_is_one_line_naming_the_option_and_the_range(words, line, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        kinds_parser().parse_args(["run", *words])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"tool: error: {line}\n"
+
+
+def test_argparse_own_refusals_are_one_line_without_the_usage_block(capsys):
+    for words in ([], ["run", "--nope"], ["run", "--trials"]):
+        with pytest.raises(SystemExit) as stopped:
+            kinds_parser().parse_args(words)
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "usage:" not in err and err.endswith("(tool --help lists the options)\n")
+
+
+def test_values_inside_their_kind_are_read_as_numbers():
+    args = kinds_parser().parse_args(["run", "--trials", "100", "--seed", str(2**64 - 1), "--seconds", "1e-3",
+                                      "--margin", "0"])
+    assert (args.trials, args.seed, args.seconds, args.margin) == (100, 2**64 - 1, 1e-3, 0.0)
 
 
 def test_a_key_value_tool_reads_flags_and_leading_paths():

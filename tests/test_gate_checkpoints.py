@@ -66,7 +66,7 @@ def test_average_gates_each_checkpoints_mean_with_its_predecessors(tmp_path, cap
         assert json.loads((bundle / "meta.json").read_text())["averaged_steps"] == [row["step"] - 100, row["step"]]
     with pytest.raises(SystemExit, match="2"):
         gate_checkpoints.cli([str(run), "--average", "0"])
-    assert "--average must be 1 or more" in capsys.readouterr().err
+    assert "--average 0: give a whole number, 1 or more" in capsys.readouterr().err
 
 
 def test_steps_picks_checkpoints_by_global_step_and_names_the_ones_there(tmp_path, capsys):
@@ -123,9 +123,9 @@ def test_bad_options_and_outputs_are_refused_before_any_checkpoint_is_gated(tmp_
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("the user's")
     cases = {
-        ("--last", "-1"): "--last -1: give 0 or more",
-        ("--robust", "-5"): "--robust -5: give 0 or more",
-        ("--seconds", "inf"): "at most 3600",
+        ("--last", "-1"): "--last -1: give a whole number, 0 or more",
+        ("--robust", "-5"): "--robust -5: give a whole number from 0 to 10000",
+        ("--seconds", "inf"): "--seconds inf: give a number above 0 up to 3600",
         ("--json", str(tmp_path / "missing" / "rows.json")): "missing",
         ("--json", str(run / "metrics.jsonl")): "metrics.jsonl",
         ("--seconds", "1"): "not a bundle written by fast-td3-export",

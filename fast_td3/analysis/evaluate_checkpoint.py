@@ -13,7 +13,6 @@ gait (the gait metrics of these episodes that the env's signals allow, docs/rewa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -25,12 +24,14 @@ import torch
 from omegaconf import OmegaConf
 
 from envs.registry import UnknownTaskError, make_env
-from fast_td3.command_line import ArgumentParser
+from fast_td3.command_line import ENVS_MAX, FPS_MAX, SEED_MAX, ArgumentParser, path_in, file_out, whole
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.learner.algorithms import OffPolicyAlgorithm, make_algorithm
 from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
-from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video
+from fast_td3.training.evaluation import (
+    EvalTrace, check_video_output, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video,
+)
 from fast_td3.files import json_safe
 from envs.protocol import EnvSpec
 from envs.quiet import silence_library_noise
@@ -112,28 +113,23 @@ def evaluate_checkpoint(
 
 def cli(argv: list[str] | None = None) -> None:
     parser = ArgumentParser(prog="fast-td3-eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a run folder or a checkpoint file")
+    parser.add_argument("checkpoint", type=path_in, help="a run folder or a checkpoint file")
     parser.add_argument("--use", choices=ckpt.CHOICES, default=None,
                         help="from a run folder: best (checkpoints/best.pt, the best evaluation during training) or "
                              "latest (the newest step_<N>.pt); default: best when the run has one, else latest")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes, one per env (default 10)")
-    parser.add_argument("--seed", type=int, default=None, help="eval seed (default: the run's eval seed)")
+    parser.add_argument("--episodes", type=whole(1, ENVS_MAX), default=10, help="episodes, one per env (default 10)")
+    parser.add_argument("--seed", type=whole(0, SEED_MAX), default=None, help="eval seed (default: the run's eval seed)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
-    parser.add_argument("--video", default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
-    parser.add_argument("--video-fps", type=int, default=30)
+    parser.add_argument("--video", type=file_out, default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
+    parser.add_argument("--video-fps", type=whole(1, FPS_MAX), default=30)
     args = parser.parse_args(argv)
-    if args.episodes < 1:
-        parser.error("--episodes must be at least 1")
-    if args.video is not None:
-        # headless rendering; must be chosen before MuJoCo is imported
-        os.environ.setdefault("MUJOCO_GL", "egl")
-        if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
-            parser.error(f'writing {Path(args.video).suffix} videos needs ffmpeg: pip install -e ".[video]" '
-                         "(or write a .gif)")
     try:
+        if args.video is not None:
+            check_video_output(args.video, "fast-td3-eval")
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo is imported
         result = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.device, args.video, args.video_fps,
                                      args.use, say=lambda line: print(f"fast-td3-eval: {line}", file=sys.stderr))
-    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:
+    except (FileNotFoundError, ImportError, UnknownTaskError, ValueError) as error:  # OutputRefused too
         print(f"fast-td3-eval: error: {error}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(json_safe(result), allow_nan=False), flush=True)

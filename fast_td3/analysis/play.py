@@ -21,7 +21,6 @@ viewer or to a video, and prints the gate's report (`--seconds` per segment, def
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -32,14 +31,18 @@ import torch
 
 from envs.protocol import VecEnv, suite_hook
 from envs.registry import EnvOptionError, UnknownTaskError, load_adapter, make_env
-from fast_td3.command_line import ArgumentParser
+from fast_td3.command_line import (
+    ENVS_MAX, FPS_MAX, SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, ArgumentParser, number, path_in, file_out, whole,
+)
+from fast_td3.files import check_output_file, has_marker
 from fast_td3.learner.device import resolve_device
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.training import checkpoint as ckpt
-from fast_td3.training.evaluation import eval_seed, write_video
+from fast_td3.training.evaluation import check_video_output, eval_seed, write_video
 from envs.quiet import silence_library_noise
 
 DEFAULT_VIDEO_STEPS = 1000
+MAX_STEPS = 1_000_000
 
 
 def record(env: VecEnv, policy, steps: int) -> tuple[list, list[float]]:
@@ -106,55 +109,76 @@ def play(
     }
 
 
-def cli(argv: list[str] | None = None) -> None:
+BUNDLE_ONLY = ("seconds", "trial", "seed", "gate_report", "shadows")
+RUN_ONLY = ("use", "num_envs", "steps", "viewer", "device")
+
+
+def parser() -> ArgumentParser:
     parser = ArgumentParser(prog="fast-td3-play", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("checkpoint", help="a run folder, a checkpoint file, or a T1 export bundle")
-    parser.add_argument("--use", choices=ckpt.CHOICES, default=None,
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+                            argument_default=None)
+    parser.add_argument("checkpoint", type=path_in, help="a run folder, a checkpoint file, or a T1 export bundle")
+    parser.add_argument("--use", choices=ckpt.CHOICES,
                         help="from a run folder: best (checkpoints/best.pt, the best evaluation during training) or "
                              "latest (the newest step_<N>.pt); default: best when the run has one, else latest")
-    parser.add_argument("--num-envs", type=int, default=1, help="envs to simulate (default 1)")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--num-envs", type=whole(1, ENVS_MAX), help="envs to simulate (default 1)")
+    parser.add_argument("--steps", type=whole(1, MAX_STEPS),
                         help="env steps to run (default: until the viewer closes; for --video one episode, at most 1000)")
-    parser.add_argument("--viewer", default="auto",
-                        help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
-    parser.add_argument("--video", default=None, help="record env 0 to this .mp4/.gif instead of opening a viewer")
-    parser.add_argument("--fps", type=int, default=None,
+    parser.add_argument("--viewer", help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
+    parser.add_argument("--video", type=file_out, help="record env 0 to this .mp4/.gif instead of opening a viewer")
+    parser.add_argument("--fps", type=whole(1, FPS_MAX),
                         help="video frame rate (default: the control rate for Isaac Lab and mjlab, 20 for T1 bundles, else 30)")
-    parser.add_argument("--seconds", type=float, default=None,
+    parser.add_argument("--seconds", type=number(0, SEGMENT_SECONDS_MAX),
                         help="T1 bundles: seconds per joystick segment (default 10)")
-    parser.add_argument("--trial", type=int, default=None,
+    parser.add_argument("--trial", type=whole(0, TRIALS_MAX),
                         help="T1 bundles: replay robust sim-to-sim trial K with its perturbations (pushes as arrows, "
                              "the draw as a caption)")
-    parser.add_argument("--seed", type=int, default=0, help="T1 bundles with --trial: the gate's seed (default 0)")
-    parser.add_argument("--gate-report", default=None,
+    parser.add_argument("--seed", type=whole(0, SEED_MAX), help="T1 bundles with --trial: the gate's seed (default 0)")
+    parser.add_argument("--gate-report", type=path_in,
                         help="T1 bundles with --trial: take the trial's draw from this robust report "
                              "(fast-td3-sim2sim robust=true report=<file>) instead of drawing it again")
-    parser.add_argument("--shadows", action="store_true",
+    parser.add_argument("--shadows", action="store_true", default=None,
                         help="T1 bundle videos: render shadows and reflections (about 5x slower on a CPU)")
-    parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
-    args = parser.parse_args(argv)
-    if args.trial is not None and args.trial < 0 or args.seed < 0:
-        parser.error("--trial and --seed must be >= 0")
-    if args.num_envs < 1 or (args.steps is not None and args.steps < 1):
-        parser.error("--num-envs and --steps must be at least 1")
-    if args.seconds is not None and not args.seconds > 0:
-        parser.error("--seconds must be positive")
+    parser.add_argument("--device", help="'auto', 'cpu', 'cuda', ... (default auto)")
+    return parser
+
+
+def check_options(args: argparse.Namespace, bundle: bool) -> None:
+    """Every option given applies to what is played (none is silently ignored); outputs are checked
+    before the simulator starts."""
+    given = lambda names: [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
+    if bundle and given(RUN_ONLY):
+        raise ValueError(f"{', '.join(given(RUN_ONLY))}: for run folders; a T1 bundle plays the gate's sequence "
+                         f"({', '.join(given(BUNDLE_ONLY) or ['--seconds', '--trial'])} apply to it)")
+    if not bundle and given(BUNDLE_ONLY):
+        raise ValueError(f"{', '.join(given(BUNDLE_ONLY))}: for T1 export bundles only; "
+                         f"{args.checkpoint} is a run or checkpoint (export it: fast-td3-export {args.checkpoint} <bundle>)")
+    if (args.seed is not None or args.gate_report is not None) and args.trial is None:
+        raise ValueError("--seed and --gate-report choose a robust trial's draw: add --trial K")
     if args.video is not None:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
-        if Path(args.video).suffix.lower() != ".gif" and importlib.util.find_spec("imageio_ffmpeg") is None:
-            parser.error('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
+        check_video_output(args.video, "fast-td3-play")
+        if args.trial is not None:  # the trial's captions are written beside the video
+            check_output_file(Path(args.video).with_suffix(".srt"), lambda path: has_marker(path, b" --> "),
+                              "fast-td3-play")
+
+
+def cli(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     try:
         from sim2real.watch import is_bundle, play_bundle  # the simulator stays out of fast_td3/
 
-        if is_bundle(args.checkpoint):
+        bundle = is_bundle(args.checkpoint)
+        check_options(args, bundle)
+        if args.video is not None:
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
+        if bundle:
             silence_library_noise()  # native MuJoCo
-            result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps, args.trial, args.seed,
-                                 args.gate_report, args.shadows)
+            result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps, args.trial, args.seed or 0,
+                                 args.gate_report, bool(args.shadows))
         else:
-            result = play(args.checkpoint, args.num_envs, args.steps, args.viewer, args.video, args.fps, args.device,
-                          args.use, say=lambda line: print(f"fast-td3-play: {line}", file=sys.stderr))
+            result = play(args.checkpoint, args.num_envs or 1, args.steps, args.viewer or "auto", args.video, args.fps,
+                          args.device or "auto", args.use,
+                          say=lambda line: print(f"fast-td3-play: {line}", file=sys.stderr))
     except (FileNotFoundError, ImportError, UnknownTaskError, ValueError, RuntimeError) as error:
         print(f"fast-td3-play: error: {error}", file=sys.stderr)
         sys.exit(2)

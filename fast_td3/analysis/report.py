@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fast_td3.command_line import ArgumentParser
+from fast_td3.command_line import ArgumentParser, path_in, file_out, whole
 from fast_td3.files import OutputRefused, check_output_file, has_marker
 from fast_td3.analysis.diagnostics import action_histograms, critic_calibration, load_eval_diagnostics
 from fast_td3.analysis.gait_metrics import METRICS
@@ -364,8 +364,6 @@ def check_report_out(out: str | Path) -> Path:
 
 def build_report(paths: list[str | Path], out: str | Path | None = None, sort_by: str = "return",
                  descending: bool | None = None, embed_images: bool = False, bins: int = 21) -> Path:
-    if bins < 1:
-        raise OutputRefused(f"--bins {bins}: give a whole number >= 1")
     if out is not None:
         out = check_report_out(out)
     run_dirs = find_runs(paths)
@@ -384,8 +382,8 @@ def cli(argv: list[str] | None = None) -> None:
     parser = ArgumentParser(
         prog="fast-td3-report", description="One HTML page comparing runs: learning curves, final eval "
         "metrics, differing overrides, action histograms, critic calibration, videos.")
-    parser.add_argument("paths", nargs="+", help="a sweep folder, or run folders (folders holding metrics.jsonl)")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("paths", nargs="+", type=path_in, help="a sweep folder, or run folders (folders holding metrics.jsonl)")
+    parser.add_argument("--out", type=file_out, default=None,
                         help="the page (default: <sweep folder>/report.html for one sweep folder, else ./report.html)")
     parser.add_argument("--sort-by", default="return",
                         help="metric to sort by: return, a gait metric (foot_slip, ...), rmse, or a full key")
@@ -394,7 +392,7 @@ def cli(argv: list[str] | None = None) -> None:
                        help="lowest first (default for errors and rates)")
     order.add_argument("--descending", dest="descending", action="store_true", help="highest first")
     parser.add_argument("--embed-images", action="store_true", help="also put the figures in the page as data URIs")
-    parser.add_argument("--bins", type=int, default=21, help="bins of the action histograms over [-1, 1]")
+    parser.add_argument("--bins", type=whole(1, 1000), default=21, help="bins of the action histograms over [-1, 1]")
     args = parser.parse_args(argv)
     try:
         page = build_report(args.paths, args.out, args.sort_by, args.descending, args.embed_images, args.bins)

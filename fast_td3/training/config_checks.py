@@ -12,9 +12,8 @@ import sys
 from collections.abc import Mapping
 
 from fast_td3.learner.config import ALGORITHMS, ConfigError
+from fast_td3.command_line import SEED_MAX
 
-SEED_MAX = 2**64 - 1
-"""torch's generators take seeds up to 2**64 - 1; the env seeds are derived from the run seed."""
 CLOSE_TO_FULL = 0.8
 """A replay buffer above this share of the memory available gets a warning."""
 

@@ -6,6 +6,7 @@ the same policy see the same initial states and their returns are comparable.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,6 +15,7 @@ import torch
 
 from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations, optional_attribute
 from fast_td3.analysis import gait_metrics
+from fast_td3.files import OutputRefused, check_output_file
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
 TRANSITION_KEYS = ("t", "obs", "critic_obs", "actions", "rewards", "dones", "time_outs", "terminations",
@@ -80,6 +82,31 @@ def summarize(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
         "eval/length_mean": episodes["lengths"].double().mean().item(),
         "eval/episodes": float(returns.numel()),
     }
+
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+
+
+def is_video(path: Path) -> bool:
+    """A GIF or an MP4 by its first bytes: what a `--video` may replace (never a user's other files)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return head.startswith(b"GIF8") or head[4:8] == b"ftyp"
+
+
+def check_video_output(path: str | Path, command: str) -> Path:
+    """`--video` checked before any simulation: a .mp4 (with ffmpeg installed) or .gif that may be
+    written, replacing at most an earlier video (`fast_td3.files.check_output_file`)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+        raise OutputRefused(f"{path}: name a .mp4 or .gif video (got {suffix or 'no suffix'})")
+    if suffix == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise OutputRefused('writing .mp4 videos needs imageio-ffmpeg: pip install -e ".[video]" (or write a .gif)')
+    return check_output_file(path, is_video, command)
 
 
 def write_video(frames: list, path: Path, fps: int) -> None:

@@ -37,9 +37,11 @@ _KEY = re.compile(r"[A-Za-z][\w-]*")
 class ArgumentParser(argparse.ArgumentParser):
     """`argparse.ArgumentParser` that also reads the `key=value` spelling (see the module docstring)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, passes_overrides: bool = False, **kwargs) -> None:
         self.recorded: list[argparse.Action] = []
         """Every argument added, also those of mutually exclusive groups."""
+        self.passes_overrides = passes_overrides
+        """A `key=value` naming none of this tool's options is an override it passes on to fast-td3-train."""
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args, **kwargs) -> argparse.Action:
@@ -98,7 +100,8 @@ class ArgumentParser(argparse.ArgumentParser):
                 out.append(arg)
                 continue
             key, sep, value = arg.partition("=")
-            if not sep or not _KEY.fullmatch(key) or Path(arg).exists():
+            if not sep or not _KEY.fullmatch(key) or Path(arg).exists() or (
+                    self.passes_overrides and key not in options and key not in positionals):
                 out.append(arg)  # a path (also one that holds "=")
             elif key in positionals:
                 out.append(value)
@@ -123,6 +126,10 @@ ENVS_MAX = 4096
 FPS_MAX = 240
 SEGMENT_SECONDS_MAX = 3600.0
 """Seconds per segment of the sim-to-sim sequence: an hour; longer (`1e9`, `inf`) is a typo, not a gate."""
+STEPS_MAX = 10**9
+"""Global steps or env steps a tool is asked for: a billion is weeks; more is a typo."""
+SECONDS_MAX = 7 * 24 * 3600.0
+"""A wall-clock budget: a week."""
 TRIALS_MAX = 10_000
 """Robust gate trials: 10,000 is days of CPU; more is a typo."""
 
@@ -131,9 +138,9 @@ class KindRefusal(argparse.ArgumentTypeError):
     """A value outside its kind: `<value>: give <what is allowed>` (or what is wrong with the path)."""
 
 
-def _kind(name: str, parse: Callable[[str], object], allowed: str) -> Callable[[str], object]:
+def _kind(name: str, parse: Callable[[str], object], allowed: str, minimum=None, maximum=None) -> Callable[[str], object]:
     """`parse` as an argparse `type`, marked with what it takes (read by the fuzz harness and --help)."""
-    parse.kind, parse.allowed = name, allowed
+    parse.kind, parse.allowed, parse.minimum, parse.maximum = name, allowed, minimum, maximum
     parse.__name__ = allowed  # argparse names the type in its own messages
     return parse
 
@@ -151,7 +158,7 @@ def whole(minimum: int = 0, maximum: int | None = None) -> Callable[[str], int]:
             raise KindRefusal(f"{text}: give {allowed}")
         return value
 
-    return _kind("whole", parse, allowed)
+    return _kind("whole", parse, allowed, minimum, maximum)
 
 
 def number(minimum: float = 0.0, maximum: float = math.inf, above_minimum: bool = True) -> Callable[[str], float]:
@@ -170,7 +177,7 @@ def number(minimum: float = 0.0, maximum: float = math.inf, above_minimum: bool 
             raise KindRefusal(f"{text}: give {allowed}")
         return value
 
-    return _kind("number", parse, allowed)
+    return _kind("number", parse, allowed, minimum, maximum)
 
 
 def _path(text: str) -> Path:
@@ -179,61 +186,72 @@ def _path(text: str) -> Path:
     return Path(text).expanduser()
 
 
-def _file_out(text: str) -> Path:
-    path = _path(text)
-    problem = output_problem(path, folder=False)
-    if problem:
-        raise KindRefusal(f"{text}: {problem}")
-    return path
-
-
-def _folder_out(text: str) -> Path:
-    path = _path(text)
-    problem = output_problem(path, folder=True)
-    if problem:
-        raise KindRefusal(f"{text}: {problem}")
-    return path
-
-
 RUN_FILES = ("config.yaml", "metrics.jsonl")
 BUNDLE_FILES = ("meta.json", "policy.pt")
 """What marks a run folder (fast_td3/training/recording.py) and an export bundle (sim2real/export.py)."""
 
 
+def is_run_or_bundle(folder: Path) -> bool:
+    return any(all((folder / name).is_file() for name in marks) for marks in (RUN_FILES, BUNDLE_FILES))
+
+
 def belongs_to_a_run_or_bundle(path: Path) -> bool:
-    """Whether `path` is a run's or a bundle's own file or folder, or lies inside one's checkpoints."""
+    """Whether `path` is one of a run's or a bundle's files, or lies inside a run's checkpoints."""
     path = path.absolute()
     for folder in path.parents:
-        marks = RUN_FILES if (folder / RUN_FILES[0]).is_file() else BUNDLE_FILES
-        if all((folder / name).is_file() for name in marks):
-            inside = path.relative_to(folder).parts
-            return path.exists() or inside[0] in ("checkpoints", ".hydra")
+        if is_run_or_bundle(folder):
+            return path.exists() or path.relative_to(folder).parts[0] in ("checkpoints", ".hydra")
     return False
 
 
-def output_problem(path: Path, folder: bool) -> str | None:
+def output_problem(path: Path, folder: bool, replaces: Callable[[Path], bool] | None = None) -> str | None:
     """What stops a command from writing `path` (a file, or a folder with `folder`), checked before
-    any work; None when nothing does. Replacing an existing output is each command's own rule."""
+    any work; None when nothing does. An existing file, or a bundle folder, is replaced only when
+    `replaces(path)` knows it as the command's own output; a run folder never."""
+    what = "folder" if folder else "file"
     parent = path.absolute().parent
     if not parent.is_dir():
-        return f"its folder {parent} does not exist; create it or name another {'folder' if folder else 'file'}"
+        return f"its folder {parent} does not exist; create it or name another {what}"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"its folder {parent} is not writable"
-    if path.exists() and path.is_dir() != folder:
-        return f"is a {'file' if folder else 'folder'}: name a {'folder' if folder else 'file'}"
+    if path.is_symlink() or (path.exists() and path.is_dir() != folder):
+        return f"exists and is not a {what}: nothing was touched; name a {what}"
+    if belongs_to_a_run_or_bundle(path) or (folder and all((path / name).is_file() for name in RUN_FILES)):
+        return "is a run's or a bundle's own: nothing was touched; name a path outside their files"
     if path.exists() and not os.access(path, os.W_OK):
         return "is read-only"
-    if belongs_to_a_run_or_bundle(path):
-        return "is a run's or a bundle's own; name a path outside its files"
+    mine = replaces is not None and replaces(path)
+    if not folder and path.exists() and not mine:
+        return "exists and this command did not write it: nothing was touched; remove it yourself or name another file"
+    if folder and all((path / name).is_file() for name in BUNDLE_FILES) and not mine:
+        return "holds a bundle this command did not write: nothing was touched; name another folder"
     return None
+
+
+def _output(kind: str, folder: bool, replaces: Callable[[Path], bool] | None) -> Callable[[str], Path]:
+    def parse(text: str) -> Path:
+        path = _path(text)
+        problem = output_problem(path, folder, replaces)
+        if problem:
+            raise KindRefusal(f"{text}: {problem}")
+        return path
+
+    return _kind(kind, parse, f"a {'folder' if folder else 'file'} to write")
 
 
 path_in = _kind("path_in", _path, "a path to read")
 """A file or folder the command reads (its own checks say what it must hold)."""
-file_out = _kind("file_out", _file_out, "a file to write")
-"""A file the command writes: its folder exists and is writable, and it is no run's or bundle's own."""
-folder_out = _kind("folder_out", _folder_out, "a folder to write")
-"""A folder the command writes, by the same rules (what may be replaced there: the command's own)."""
+
+
+def file_out(replaces: Callable[[Path], bool] | None = None) -> Callable[[str], Path]:
+    """A file the command writes, checked when parsed (`output_problem`): an existing file only if
+    `replaces` recognises it as an earlier output of the command."""
+    return _output("file_out", False, replaces)
+
+
+def folder_out(replaces: Callable[[Path], bool] | None = None) -> Callable[[str], Path]:
+    """A folder the command writes, by the same rules (what it may replace inside: the command's own)."""
+    return _output("folder_out", True, replaces)
 
 
 def read_value(key: str, text: str, kind: Callable[[str], object]) -> object:

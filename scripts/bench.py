@@ -24,7 +24,6 @@ machine's matmul kernels reach, so "utilisation" reads as a fraction of what is 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -43,6 +42,7 @@ from bench_update import PLAYGROUND_SPEC, synchronize, synthetic_batch  # noqa: 
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
 from fast_td3.learner.precision import cpu_model, resolve_precision  # noqa: E402
+from fast_td3.command_line import SECONDS_MAX, STEPS_MAX, ArgumentParser, file_out, number, whole
 
 GPU_BF16_PEAK_TFLOPS = {"A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
                         "RTX 4090": 165.0, "A10": 125.0}
@@ -287,15 +287,15 @@ def print_training(t: dict, peaks: dict[str, float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="preset=cpu sizes only (no full-size compile)")
     parser.add_argument("--t1", action="store_true",
                         help="only the T1 recipe's profile (preset=cpu_t1_robust, gate off): about 4 minutes on 2 cores")
     parser.add_argument("--task", default="HalfCheetah-v5", help="task of the end-to-end run (preset=cpu)")
-    parser.add_argument("--steps", type=int, default=300, help="measured global steps of the end-to-end run")
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed span per rate")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=300, help="measured global steps of the end-to-end run")
+    parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=3.0, help="timed span per rate")
+    parser.add_argument("--json", type=file_out(), default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
 

@@ -13,7 +13,6 @@ Prints the median of each side and their ratio; the CPU model is named beside th
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.command_line import STEPS_MAX, ArgumentParser, whole
 
 DEFAULT_CASES = ["HalfCheetah-v5 preset=cpu", "CheetahRun preset=cpu env.num_envs=1024"]
 
@@ -46,11 +46,11 @@ def run_once(tree: Path, case: str, steps: int, out: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     parser.add_argument("--case", action="append", default=None, help='"<task> <override> ..." (repeatable)')
-    parser.add_argument("--steps", type=int, default=600, help="global steps per run")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=600, help="global steps per run")
+    parser.add_argument("--rounds", type=whole(1, 1000), default=2)
     args = parser.parse_args(argv)
     cases = args.case or DEFAULT_CASES
     with tempfile.TemporaryDirectory() as scratch:

@@ -16,7 +16,6 @@ first update (compilation) and the ratios, measured in this one run:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.threads import THREADS_ENV, cores_available  # noqa: E402
+from fast_td3.command_line import SECONDS_MAX, ArgumentParser, number, whole
 
 TRAIN = str(Path(sys.executable).parent / "fast-td3-train")
 WORKLOADS = {
@@ -80,10 +80,10 @@ def train(workload: str, way: str, spinner: bool, limit_s: float, root: Path) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=sorted(WORKLOADS), help="one workload (default: both)")
-    parser.add_argument("--limit", type=float, default=120.0, help="seconds a run may take (a collapsed run is cut)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each case, alternated (the mean is printed)")
+    parser.add_argument("--limit", type=number(0, SECONDS_MAX), default=120.0, help="seconds a run may take (a collapsed run is cut)")
+    parser.add_argument("--repeats", type=whole(1, 1000), default=1, help="runs of each case, alternated (the mean is printed)")
     parser.add_argument("--alone", action="store_true", help="only the runs alone (each way's cost on an idle machine)")
     parser.add_argument("--no-before", action="store_true", help="skip the 'before' runs")
     args = parser.parse_args()

@@ -24,7 +24,6 @@ Five tables, every ratio measured here in this run:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -39,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.command_line import SECONDS_MAX, STEPS_MAX, ArgumentParser, file_out, number, whole
 
 
 def adapter_rate(task: str, num_envs: int, backend: str, seconds: float) -> dict[str, float]:
@@ -239,17 +239,17 @@ def ratio_table(args, results, section, measure, keys, titles, note, number) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["T1JoystickFlatTerrain", "G1JoystickFlatTerrain"])
-    parser.add_argument("--num-envs", nargs="+", type=int, default=[16, 256])
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--e2e-steps", type=int, default=1000, help="global steps per end-to-end run (0: skip)")
+    parser.add_argument("--num-envs", nargs="+", type=whole(1, 65536), default=[16, 256])
+    parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=4.0)
+    parser.add_argument("--e2e-steps", type=whole(0, STEPS_MAX), default=1000, help="global steps per end-to-end run (0: skip)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["adapters", "reset", "overlap", "native"],
                         help="tables to leave out")
     parser.add_argument("--native-tasks", nargs="+", default=["T1LowDimJoystickFlatTerrain"])
-    parser.add_argument("--native-num-envs", nargs="+", type=int, default=[16, 64, 256])
+    parser.add_argument("--native-num-envs", nargs="+", type=whole(1, 65536), default=[16, 64, 256])
     parser.add_argument("--only", choices=["native"], default=None, help="run only this table (and its end to end)")
-    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--json", type=file_out(), default=None, help="also write the results to this file")
     args = parser.parse_args()
     results: dict[str, list] = {"adapters": [], "reset": [], "overlap": [], "end_to_end": [], "native": [],
                                 "native_end_to_end": []}

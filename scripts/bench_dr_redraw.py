@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envs.playground.t1_native import T1NativeVecEnv  # noqa: E402
 from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.command_line import SECONDS_MAX, ArgumentParser, number, whole
 
 
 def burst(env: T1NativeVecEnv, seconds: float, generator: torch.Generator) -> tuple[float, float]:
@@ -38,10 +39,10 @@ def burst(env: T1NativeVecEnv, seconds: float, generator: torch.Generator) -> tu
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=3.0, help="per burst")
-    parser.add_argument("--bursts", type=int, default=3)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=whole(1, 65536), default=64)
+    parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=3.0, help="per burst")
+    parser.add_argument("--bursts", type=whole(1, 1000), default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
     envs = {redraw: T1NativeVecEnv("T1LowDimJoystickFlatTerrain", args.num_envs, seed=0, domain_randomization=True,

@@ -17,7 +17,6 @@ and of step, with JAX's persistent compilation cache off so the compile is a col
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -25,6 +24,7 @@ import time
 import torch
 
 from envs.gymnasium import VECTORIZATIONS, GymnasiumVecEnv
+from fast_td3.command_line import SECONDS_MAX, ArgumentParser, file_out, number, whole
 
 
 def stepped_rate(env, seconds: float) -> float:
@@ -153,16 +153,16 @@ def bench_humanoid_bench(args) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=["gymnasium", "playground", "humanoid_bench"], default="gymnasium")
     parser.add_argument("--tasks", nargs="+", default=None)
-    parser.add_argument("--num-envs", nargs="+", type=int, default=None,
+    parser.add_argument("--num-envs", nargs="+", type=whole(1, 65536), default=None,
                         help="default: 4 16 64 (humanoid_bench: 32; SB3 pipes need > 24 GB at 128)")
-    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=2.0)
     parser.add_argument("--transports", nargs="+", default=["processes", "subproc"], choices=["processes", "subproc"],
                         help="humanoid_bench: processes (shared memory) and/or subproc (SB3 pipes)")
     parser.add_argument("--device", default="cpu", help="playground: torch device (cpu, cuda)")
-    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--json", type=file_out(), default=None, help="also write the results to this file")
     args = parser.parse_args()
 
     args.num_envs = args.num_envs or ([32] if args.suite == "humanoid_bench" else [4, 16, 64])

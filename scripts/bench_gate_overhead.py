@@ -13,7 +13,6 @@ the end) and in training rate. The CPU model is printed with the figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.metrics_log import read_metrics  # noqa: E402
+from fast_td3.command_line import STEPS_MAX, ArgumentParser, file_out, whole
 
 
 def one_run(steps: int, gate: list[str], folder: Path, extra: list[str]) -> dict:
@@ -42,9 +42,9 @@ def one_run(steps: int, gate: list[str], folder: Path, extra: list[str]) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=6000, help="global steps per run (default 6000: 3 gates)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], passes_overrides=True)
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=6000, help="global steps per run (default 6000: 3 gates)")
+    parser.add_argument("--json", type=file_out(), default=None, help="also write the figures here")
     parser.add_argument("extra", nargs="*", help="more overrides for both runs, e.g. gate.trials=20")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as root:

@@ -12,7 +12,6 @@ alternately in this run; the ratio is overlapped speed over sequential speed.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import threading
@@ -28,6 +27,7 @@ from envs.gymnasium import GymnasiumVecEnv  # noqa: E402
 from envs.protocol import EnvSpec  # noqa: E402
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
+from fast_td3.command_line import STEPS_MAX, ArgumentParser, whole
 
 
 def sequential(env, agent, batch, actions, updates: int) -> None:
@@ -45,13 +45,13 @@ def overlapped(env, agent, batch, actions, updates: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="HalfCheetah-v5")
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--num-workers", type=int, default=2)
-    parser.add_argument("--updates", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=20, help="global steps per timed round")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--num-envs", type=whole(1, 65536), default=64)
+    parser.add_argument("--num-workers", type=whole(1, 256), default=2)
+    parser.add_argument("--updates", type=whole(1, 1000), default=2)
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=20, help="global steps per timed round")
+    parser.add_argument("--rounds", type=whole(1, 1000), default=5)
     args = parser.parse_args()
     env = GymnasiumVecEnv(args.task, args.num_envs, vectorization="processes", num_workers=args.num_workers)
     cfg = AlgoConfig(actor_hidden_dims=[256, 128], critic_hidden_dims=[256, 256], batch_size=2048, compile=False)

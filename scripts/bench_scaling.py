@@ -11,7 +11,6 @@ ranks share the cores: that run checks correctness, not speed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from fast_td3.command_line import STEPS_MAX, ArgumentParser, file_out, whole
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OVERRIDES = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=16"]
@@ -43,10 +43,10 @@ def run(ranks: int, steps: int, overrides: list[str]) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
-    parser.add_argument("--steps", type=int, default=500, help="global steps per run")
-    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], passes_overrides=True)
+    parser.add_argument("--ranks", nargs="+", type=whole(1, 64), default=[1, 2])
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=500, help="global steps per run")
+    parser.add_argument("--json", type=file_out(), default=None, help="also write the results to this file")
     parser.add_argument("overrides", nargs="*", help="fast-td3-train overrides (after --)")
     args = parser.parse_args()
     overrides = args.overrides or DEFAULT_OVERRIDES

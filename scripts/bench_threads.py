@@ -11,7 +11,6 @@ cores), and prints global steps/s of each way and their ratio, measured in one r
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.training.threads import THREADS_ENV, cores_available  # noqa: E402
+from fast_td3.command_line import STEPS_MAX, ArgumentParser, whole
 
 BIN = Path(sys.executable).parent
 RUN = ["preset=cpu", "task=HalfCheetah-v5", "eval_interval=0", "save_interval=0", "logger.console=false",
@@ -58,9 +58,9 @@ def torchrun(ranks: int, steps: int, threads: int | None, root: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=400, help="global steps per run")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=whole(1, 64), default=2)
+    parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=400, help="global steps per run")
     parser.add_argument("--torchrun", action="store_true", help="also an N-rank torchrun job")
     args = parser.parse_args()
     cores = cores_available()

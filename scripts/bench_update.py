@@ -27,6 +27,7 @@ from fast_td3.learner.config import AlgoConfig
 from fast_td3.learner.precision import cpu_model, resolve_precision
 from fast_td3.learner.replay import ReplayBuffer
 from fast_td3.analysis.phase_clock import synchronize  # noqa: F401 (bench.py and gpu_check.py import it from here)
+from fast_td3.command_line import SECONDS_MAX, ArgumentParser, file_out, number, whole
 
 MODES = {  # name -> (precision, compile)
     "eager fp32": ("fp32", False),
@@ -102,13 +103,13 @@ def bf16_over_fp32(results: list[dict], compile_: bool) -> dict[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1024, 4096, 32768])
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", type=whole(1, 2**20), nargs="+", default=[1024, 4096, 32768])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--min-seconds", type=float, default=3.0, help="timed span per measurement")
-    parser.add_argument("--min-iters", type=int, default=3, help="timed updates per measurement, at least")
-    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--min-seconds", type=number(0, SECONDS_MAX), default=3.0, help="timed span per measurement")
+    parser.add_argument("--min-iters", type=whole(1, 10**6), default=3, help="timed updates per measurement, at least")
+    parser.add_argument("--json", type=file_out(), help="also write the results to this file")
     args = parser.parse_args()
     device = torch.device(args.device)
     if "eager fp32" not in args.modes:

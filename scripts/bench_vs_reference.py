@@ -25,7 +25,6 @@ actor 512-256-128, critic 1024-512-256, compiled).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import inspect
 import json
@@ -48,6 +47,7 @@ from envs.protocol import EnvSpec  # noqa: E402
 from fast_td3.learner.algorithms.fast_td3 import FastTD3  # noqa: E402
 from fast_td3.learner.config import AlgoConfig  # noqa: E402
 from fast_td3.learner.replay import ReplayBuffer  # noqa: E402
+from fast_td3.command_line import ArgumentParser, file_out, path_in, whole
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 
@@ -356,12 +356,12 @@ def time_sampling(reference: Reference, ours: Ours, device: torch.device, rounds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=Path, required=True, help="a checkout of younggyoseo/FastTD3")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=path_in, required=True, help="a checkout of younggyoseo/FastTD3")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds (median reported)")
+    parser.add_argument("--rounds", type=whole(1, 1000), default=5, help="alternating timing rounds (median reported)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=file_out(), default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
     net, utils = load_reference(args.reference)

@@ -14,7 +14,6 @@ steps reached, and the final evaluation return; and the CPU it ran on.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.command_line import ENVS_MAX, SECONDS_MAX, SEED_MAX, ArgumentParser, file_out, folder_out, number, whole
 
 BIN = Path(sys.executable).parent
 ALGORITHMS = ("fast_td3", "fast_sac")
@@ -100,13 +100,13 @@ def table(results: dict, budget: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], passes_overrides=True)
     parser.add_argument("--tasks", nargs="+", default=["Hopper-v5", "Walker2d-v5"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--budget", type=float, default=150.0, help="wall-clock seconds per run")
-    parser.add_argument("--episodes", type=int, default=10)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/fast_td3_compare"))
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--seeds", nargs="+", type=whole(0, SEED_MAX), default=[1, 2, 3])
+    parser.add_argument("--budget", type=number(0, SECONDS_MAX), default=150.0, help="wall-clock seconds per run")
+    parser.add_argument("--episodes", type=whole(1, ENVS_MAX), default=10)
+    parser.add_argument("--out", type=folder_out(), default=Path("/tmp/fast_td3_compare"))
+    parser.add_argument("--json", type=file_out(), default=None)
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for both algorithms")
     args = parser.parse_args(argv)
     results: dict = {}

@@ -30,7 +30,6 @@ holosoma's actor 512, critic 768, batch 8192.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import json
@@ -50,6 +49,7 @@ from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_sac import FastSAC
 from fast_td3.learner.config import AlgoConfig, FastSACConfig
 from fast_td3.learner.precision import cpu_model
+from fast_td3.command_line import ArgumentParser, file_out, path_in, whole
 
 NUM_OBS, NUM_CRITIC_OBS, NUM_ACTIONS = 85, 180, 23
 SAC_DIR = Path("src/holosoma/holosoma/agents/fast_sac")
@@ -268,11 +268,11 @@ def time_both(networks, agent_cls, size: Size, repeats: int, warmup: int = 2) ->
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=Path, required=True, help="a checkout of amazon-far/holosoma")
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=path_in, required=True, help="a checkout of amazon-far/holosoma")
     parser.add_argument("--sizes", nargs="+", default=["cpu"], choices=sorted(SIZES))
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--repeats", type=whole(1, 1000), default=10)
+    parser.add_argument("--json", type=file_out(), default=None)
     args = parser.parse_args(argv)
     networks, agent_cls = load_reference(args.reference)
     report = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__, "sizes": {}}

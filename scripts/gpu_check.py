@@ -27,7 +27,6 @@ What it measures, each in this one run:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -44,6 +43,7 @@ import bench  # noqa: E402
 from bench_update import synchronize  # noqa: E402
 
 from fast_td3.learner.precision import cpu_model  # noqa: E402
+from fast_td3.command_line import SECONDS_MAX, STEPS_MAX, ArgumentParser, file_out, number, whole
 
 REFERENCE = ["task=T1JoystickFlatTerrain", "algo.compile=true", "logger.console=false", "eval_episodes=128",
              "save_interval=0", "eval_interval=0"]
@@ -175,13 +175,13 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: the same path in under 3 minutes on a CPU")
-    parser.add_argument("--seconds", type=float, default=None, help="training wall time (default 240; tiny 15)")
-    parser.add_argument("--chunk-steps", type=int, default=None, help="global steps per training chunk")
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=None, help="training wall time (default 240; tiny 15)")
+    parser.add_argument("--chunk-steps", type=whole(1, STEPS_MAX), default=None, help="global steps per training chunk")
+    parser.add_argument("--json", type=file_out(), default=None)
+    parser.add_argument("--markdown", type=file_out(), default=None)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     seconds = args.seconds if args.seconds is not None else (15.0 if args.tiny else 240.0)

@@ -114,7 +114,7 @@ def parser() -> ArgumentParser:
     parser.add_argument("--last", type=whole(0), default=0, help="only the last N checkpoints (default all)")
     parser.add_argument("--steps", type=whole(0), nargs="+", default=None, metavar="STEP",
                         help="only the checkpoints of these global steps (before --last)")
-    parser.add_argument("--json", type=file_out, default=None, help="write the rows here too")
+    parser.add_argument("--json", type=file_out(replaces=is_gate_rows), default=None, help="write the rows here too")
     parser.add_argument("--perturb", type=whole(0, TRIALS_MAX), default=0,
                         help="also N gate runs with 1e-3 observation noise: how many pass (a margin probe)")
     parser.add_argument("--robust", type=whole(0, TRIALS_MAX), default=0, metavar="TRIALS",

@@ -14,7 +14,6 @@ on the new bundle (`fast-td3-sim2sim bundle=<out>`): it is a new deployment.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import io
 import json
@@ -24,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
+from fast_td3.command_line import ArgumentParser, folder_out, number, path_in
 from sim2real import t1
-from sim2real.export import (META_JSON, ONNX_META_KEY, POLICY_ONNX, POLICY_PT, T1_YAML, check_bundle_out,
+from sim2real.export import (META_JSON, ONNX_META_KEY, POLICY_ONNX, POLICY_PT, T1_YAML, check_bundle_out, is_bundle,
                              load_bundle_policy, write_bundle)
 
 
@@ -74,10 +74,10 @@ def redeploy(bundle: str | Path, out: str | Path, gait_frequency: float, force: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bundle", type=Path, help="a T1 bundle folder")
-    parser.add_argument("out", type=Path, help="the new bundle folder")
-    parser.add_argument("--gait-frequency", type=float, required=True, metavar="HZ",
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", type=path_in, help="a T1 bundle folder")
+    parser.add_argument("out", type=folder_out(replaces=is_bundle), help="the new bundle folder")
+    parser.add_argument("--gait-frequency", type=number(0, 100), required=True, metavar="HZ",
                         help="the gait frequency T1.yaml runs, inside the bundle's trained range")
     parser.add_argument("--force", action="store_true", help="replace a bundle folder at out")
     args = parser.parse_args(argv)

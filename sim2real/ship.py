@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=path_in, help="a T1LowDimJoystick* run folder")
     parser.add_argument("--step", type=whole(0), required=True, help="the checkpoint's global step")
-    parser.add_argument("--out", type=folder_out, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=folder_out(replaces=is_shipped_bundle), default=DEFAULT_OUT)
     parser.add_argument("--force", action="store_true", help="replace a bundle this command shipped to --out before")
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
     parser.add_argument("--robust", type=whole(0, TRIALS_MAX), default=0, help="robust gate trials (0: none)")

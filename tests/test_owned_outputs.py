@@ -116,7 +116,7 @@ def test_report_refuses_to_overwrite_a_run_s_metrics_and_replaces_its_own_page(t
     assert_refused(run([str(BIN / "fast-td3-report"), str(t1_runs), "--out", str(metrics)], tmp_path),
                    "is a run's or a bundle's own")
     assert tree(tmp_path) == before
-    assert_refused(run([str(BIN / "fast-td3-report"), str(t1_runs), "--out", str(tmp_path)], tmp_path), "is a folder")
+    assert_refused(run([str(BIN / "fast-td3-report"), str(t1_runs), "--out", str(tmp_path)], tmp_path), "is not a file")
     assert_refused(run([str(BIN / "fast-td3-report"), str(t1_runs), "--bins", "-3"], tmp_path), "--bins -3")
     page = tmp_path / "page.html"
     for _ in range(2):  # the second run replaces the page the first wrote

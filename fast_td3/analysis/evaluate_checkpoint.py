@@ -30,7 +30,7 @@ from fast_td3.learner.algorithms import OffPolicyAlgorithm, make_algorithm
 from fast_td3.training.config import TrainConfig
 from fast_td3.learner.device import resolve_device
 from fast_td3.training.evaluation import (
-    EvalTrace, check_video_output, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video,
+    EvalTrace, check_video_output, eval_seed, is_video, gait_results, read_gait_signals, run_episodes, summarize, write_video,
 )
 from fast_td3.files import json_safe
 from envs.protocol import EnvSpec
@@ -120,7 +120,7 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=whole(1, ENVS_MAX), default=10, help="episodes, one per env (default 10)")
     parser.add_argument("--seed", type=whole(0, SEED_MAX), default=None, help="eval seed (default: the run's eval seed)")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu', 'cuda', ... (default auto)")
-    parser.add_argument("--video", type=file_out, default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
+    parser.add_argument("--video", type=file_out(replaces=is_video), default=None, help="write env 0's episode to this .mp4/.gif (MUJOCO_GL=egl)")
     parser.add_argument("--video-fps", type=whole(1, FPS_MAX), default=30)
     args = parser.parse_args(argv)
     try:

@@ -38,7 +38,7 @@ from fast_td3.files import check_output_file, has_marker
 from fast_td3.learner.device import resolve_device
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.training import checkpoint as ckpt
-from fast_td3.training.evaluation import check_video_output, eval_seed, write_video
+from fast_td3.training.evaluation import check_video_output, eval_seed, is_video, write_video
 from envs.quiet import silence_library_noise
 
 DEFAULT_VIDEO_STEPS = 1000
@@ -125,7 +125,7 @@ def parser() -> ArgumentParser:
     parser.add_argument("--steps", type=whole(1, MAX_STEPS),
                         help="env steps to run (default: until the viewer closes; for --video one episode, at most 1000)")
     parser.add_argument("--viewer", help="mjlab: auto, native (a MuJoCo window) or viser (a browser); Isaac Lab: auto")
-    parser.add_argument("--video", type=file_out, help="record env 0 to this .mp4/.gif instead of opening a viewer")
+    parser.add_argument("--video", type=file_out(replaces=is_video), help="record env 0 to this .mp4/.gif instead of opening a viewer")
     parser.add_argument("--fps", type=whole(1, FPS_MAX),
                         help="video frame rate (default: the control rate for Isaac Lab and mjlab, 20 for T1 bundles, else 30)")
     parser.add_argument("--seconds", type=number(0, SEGMENT_SECONDS_MAX),

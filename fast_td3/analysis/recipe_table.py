@@ -17,7 +17,6 @@ side by side, verdict by verdict, and what each trial's failures were (fast_td3/
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
@@ -30,6 +29,7 @@ from fast_td3.analysis.gate_trials import trial_matrix
 from fast_td3.analysis.report_runs import find_runs, overrides_file
 from fast_td3.learner.precision import cpu_model
 from fast_td3.training.metrics_log import read_metrics
+from fast_td3.command_line import ArgumentParser, file_out, whole
 
 
 def training_command(run_dir: Path) -> str:
@@ -95,11 +95,11 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="run folders, or sweep folders holding them")
-    parser.add_argument("--json", type=Path, help="write the rows here (seeds.json)")
+    parser.add_argument("--json", type=file_out(), help="write the rows here (seeds.json)")
     parser.add_argument("--note", default="", help="how the runs shared the machine, for every row")
-    parser.add_argument("--trials", type=int, metavar="FROM_STEP", default=None,
+    parser.add_argument("--trials", type=whole(0), metavar="FROM_STEP", default=None,
                         help="also print which perturbed trials failed at each verdict from this step on")
     args = parser.parse_args(argv)
     runs = find_runs(args.paths)

@@ -359,7 +359,12 @@ GENERATOR_TAG = "<meta name='generator' content='fast-td3-report'>"
 def check_report_out(out: str | Path) -> Path:
     """The page's path, refused before any work unless it is new or a page this command wrote
     (`--out <run>/metrics.jsonl` must not turn a run's metrics into HTML)."""
-    return check_output_file(out, lambda p: has_marker(p, GENERATOR_TAG.encode()), "fast-td3-report")
+    return check_output_file(out, is_report_page, "fast-td3-report")
+
+
+def is_report_page(path: Path) -> bool:
+    """A page this command wrote (what `--out` may replace)."""
+    return has_marker(path, GENERATOR_TAG.encode())
 
 
 def build_report(paths: list[str | Path], out: str | Path | None = None, sort_by: str = "return",
@@ -383,7 +388,7 @@ def cli(argv: list[str] | None = None) -> None:
         prog="fast-td3-report", description="One HTML page comparing runs: learning curves, final eval "
         "metrics, differing overrides, action histograms, critic calibration, videos.")
     parser.add_argument("paths", nargs="+", type=path_in, help="a sweep folder, or run folders (folders holding metrics.jsonl)")
-    parser.add_argument("--out", type=file_out, default=None,
+    parser.add_argument("--out", type=file_out(replaces=is_report_page), default=None,
                         help="the page (default: <sweep folder>/report.html for one sweep folder, else ./report.html)")
     parser.add_argument("--sort-by", default="return",
                         help="metric to sort by: return, a gait metric (foot_slip, ...), rmse, or a full key")

@@ -23,7 +23,6 @@ before anything heavy loads.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import itertools
 import os
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from omegaconf import OmegaConf
+from fast_td3.command_line import ArgumentParser, whole
 
 LAUNCHERS = {
     # hydra/launcher=<name>: (the Hydra plugin that provides it, the extra that installs it)
@@ -261,11 +261,11 @@ class SlurmJob:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fast_td3.training.cluster", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m fast_td3.training.cluster", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     flags = commands.add_parser("torchrun-flags", help="torchrun's multi-node flags for this SLURM task")
-    flags.add_argument("--nproc-per-node", type=int, required=True, help="training processes per node (GPUs)")
-    flags.add_argument("--port", type=int, default=int(os.environ.get("MASTER_PORT", DEFAULT_RDZV_PORT)))
+    flags.add_argument("--nproc-per-node", type=whole(1, 1024), required=True, help="training processes per node (GPUs)")
+    flags.add_argument("--port", type=whole(1, 65535), default=int(os.environ.get("MASTER_PORT", DEFAULT_RDZV_PORT)))
     hosts = commands.add_parser("hostnames", help="a compressed SLURM node list in full, one name a line")
     hosts.add_argument("nodelist", nargs="?", default=os.environ.get("SLURM_JOB_NODELIST", ""))
     args = parser.parse_args(argv)

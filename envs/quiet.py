@@ -10,6 +10,10 @@ Each is matched by its text, so every other warning still shows:
   the optional C speed-up is simply not installed, and rendering works without it.
 - torch's compiler warns "Profiler record function ... will be ignored" once per compiled
   update: `torch.optim` wraps each `step` in a profiler range, which compiled code drops.
+- GLFW warns "X11: The DISPLAY environment variable is missing", then "The GLFW library is not
+  initialized" (two raw lines each) when MuJoCo is asked for a window or for `MUJOCO_GL=glfw`
+  rendering without a display; the command then says in one line what to do instead
+  (fast-td3-play: record a video, or the offscreen backends; sim2real/watch.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+import warnings
 
 MUJOCO_NOISE = ("compiler attribute 'settotalmass' is deprecated",)
 JAX_BACKEND_LOGGER = "jax._src.xla_bridge"
@@ -54,6 +59,7 @@ def silence_library_noise(suite: str | None = None) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropNoise) for f in logger.filters):
             logger.addFilter(_DropNoise(prefix, level))
+    warnings.filterwarnings("ignore", module="glfw")  # its GLFWError warnings: see the module docstring
     if suite != "isaaclab" and importlib.util.find_spec("mujoco") is not None:
         import mujoco
 

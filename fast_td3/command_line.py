@@ -17,18 +17,19 @@ the command line is one line and exit code 2 (`ArgumentParser.error`), and a val
 kind (`whole`, `number`, `path_in`, `file_out`, `folder_out`: the message names the option and what
 is allowed; an output is checked before any work);
 tests/test_fuzz_commands.py reads these kinds from each parser to generate bad values for it. It
-imports nothing from the project: every layer may use it.
+imports nothing from the project but `fast_td3.files` (the output rules): every layer may use it.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Callable
+
+from fast_td3.files import output_problem
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _KEY = re.compile(r"[A-Za-z][\w-]*")
@@ -177,7 +178,9 @@ def number(minimum: float = 0.0, maximum: float = math.inf, above_minimum: bool 
             raise KindRefusal(f"{text}: give {allowed}")
         return value
 
-    return _kind("number", parse, allowed, minimum, maximum)
+    parse = _kind("number", parse, allowed, minimum, maximum)
+    parse.above_minimum = above_minimum
+    return parse
 
 
 def _path(text: str) -> Path:
@@ -186,57 +189,18 @@ def _path(text: str) -> Path:
     return Path(text).expanduser()
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl")
-BUNDLE_FILES = ("meta.json", "policy.pt")
-"""What marks a run folder (fast_td3/training/recording.py) and an export bundle (sim2real/export.py)."""
-
-
-def is_run_or_bundle(folder: Path) -> bool:
-    return any(all((folder / name).is_file() for name in marks) for marks in (RUN_FILES, BUNDLE_FILES))
-
-
-def belongs_to_a_run_or_bundle(path: Path) -> bool:
-    """Whether `path` is one of a run's or a bundle's files, or lies inside a run's checkpoints."""
-    path = path.absolute()
-    for folder in path.parents:
-        if is_run_or_bundle(folder):
-            return path.exists() or path.relative_to(folder).parts[0] in ("checkpoints", ".hydra")
-    return False
-
-
-def output_problem(path: Path, folder: bool, replaces: Callable[[Path], bool] | None = None) -> str | None:
-    """What stops a command from writing `path` (a file, or a folder with `folder`), checked before
-    any work; None when nothing does. An existing file, or a bundle folder, is replaced only when
-    `replaces(path)` knows it as the command's own output; a run folder never."""
-    what = "folder" if folder else "file"
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        return f"its folder {parent} does not exist; create it or name another {what}"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"its folder {parent} is not writable"
-    if path.is_symlink() or (path.exists() and path.is_dir() != folder):
-        return f"exists and is not a {what}: nothing was touched; name a {what}"
-    if belongs_to_a_run_or_bundle(path) or (folder and all((path / name).is_file() for name in RUN_FILES)):
-        return "is a run's or a bundle's own: nothing was touched; name a path outside their files"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "is read-only"
-    mine = replaces is not None and replaces(path)
-    if not folder and path.exists() and not mine:
-        return "exists and this command did not write it: nothing was touched; remove it yourself or name another file"
-    if folder and all((path / name).is_file() for name in BUNDLE_FILES) and not mine:
-        return "holds a bundle this command did not write: nothing was touched; name another folder"
-    return None
-
-
-def _output(kind: str, folder: bool, replaces: Callable[[Path], bool] | None) -> Callable[[str], Path]:
+def _output(kind: str, folder: bool, replaces: Callable[[Path], bool] | None,
+            make_parents: bool = False) -> Callable[[str], Path]:
     def parse(text: str) -> Path:
         path = _path(text)
-        problem = output_problem(path, folder, replaces)
+        problem = output_problem(path, folder, replaces, make_parents)
         if problem:
             raise KindRefusal(f"{text}: {problem}")
         return path
 
-    return _kind(kind, parse, f"a {'folder' if folder else 'file'} to write")
+    parse = _kind(kind, parse, f"a {'folder' if folder else 'file'} to write")
+    parse.make_parents = make_parents
+    return parse
 
 
 path_in = _kind("path_in", _path, "a path to read")
@@ -249,9 +213,10 @@ def file_out(replaces: Callable[[Path], bool] | None = None) -> Callable[[str], 
     return _output("file_out", False, replaces)
 
 
-def folder_out(replaces: Callable[[Path], bool] | None = None) -> Callable[[str], Path]:
-    """A folder the command writes, by the same rules (what it may replace inside: the command's own)."""
-    return _output("folder_out", True, replaces)
+def folder_out(replaces: Callable[[Path], bool] | None = None, make_parents: bool = False) -> Callable[[str], Path]:
+    """A folder the command writes, by the same rules (what it may replace inside: the command's own);
+    with `make_parents` the missing folders above it are made too (the nearest existing one must be writable)."""
+    return _output("folder_out", True, replaces, make_parents)
 
 
 def read_value(key: str, text: str, kind: Callable[[str], object]) -> object:

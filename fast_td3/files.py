@@ -10,7 +10,7 @@ import errno
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def fsync_dir(path: Path) -> None:
@@ -104,23 +104,61 @@ class OutputRefused(ValueError):
     """An output path a command may not write: it names what is wrong and that nothing was touched."""
 
 
-def check_output_file(path: str | Path, written_by_us, command: str) -> Path:
-    """`path` as a file this command may write, checked before any work: its folder exists and is
-    writable, and it is missing or a file `written_by_us(path)` recognises as this command's own
-    output (anything else, such as a run's metrics or a bundle's meta.json, is refused)."""
-    path = Path(path).expanduser()
-    folder = path.absolute().parent
-    if path.is_dir():
-        raise OutputRefused(f"{path} is a folder: name a file in it ({command} wrote nothing)")
-    if not folder.is_dir():
-        raise OutputRefused(f"{path}: its folder {folder} does not exist; create it or name another file")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputRefused(f"{path}: its folder {folder} is not writable; name a file in a folder you may write")
-    if path.is_symlink() or (path.exists() and not (path.is_file() and written_by_us(path))):
-        raise OutputRefused(f"{path} exists and was not written by {command}: nothing was touched; "
-                            "remove it yourself or name another file")
+RUN_FILES = ("config.yaml", "metrics.jsonl")
+BUNDLE_FILES = ("meta.json", "policy.pt")
+"""What marks a run folder (fast_td3/training/recording.py) and an export bundle (sim2real/export.py)."""
+
+
+def is_run_or_bundle(folder: Path) -> bool:
+    return any(all((folder / name).is_file() for name in marks) for marks in (RUN_FILES, BUNDLE_FILES))
+
+
+def belongs_to_a_run_or_bundle(path: Path) -> bool:
+    """Whether `path` is one of a run's or a bundle's files, or lies inside a run's checkpoints."""
+    path = path.absolute()
+    for folder in path.parents:
+        if is_run_or_bundle(folder):
+            return path.exists() or path.relative_to(folder).parts[0] in ("checkpoints", ".hydra")
+    return False
+
+
+def output_problem(path: Path, folder: bool, replaces: Callable[[Path], bool] | None = None,
+                   make_parents: bool = False) -> str | None:
+    """What stops a command from writing `path` (a file, or a folder with `folder`), checked before
+    any work; None when nothing does. An existing file, or a bundle folder, is replaced only when
+    `replaces(path)` knows it as the command's own output; a run folder never. With `make_parents`
+    the command creates missing folders above it (export's `out=runs/exports/<name>`)."""
+    what = "folder" if folder else "file"
+    parent = path.absolute().parent
+    while make_parents and not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return (f"{parent} is not a folder" if parent.exists() else
+                f"its folder {parent} does not exist; create it or name another {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its folder {parent} is not writable"
+    if path.is_symlink() or (path.exists() and path.is_dir() != folder):
+        return f"exists and is not a {what}: nothing was touched; name a {what}"
+    if belongs_to_a_run_or_bundle(path) or (folder and all((path / name).is_file() for name in RUN_FILES)):
+        return "is a run's or a bundle's own: nothing was touched; name a path outside their files"
     if path.exists() and not os.access(path, os.W_OK):
-        raise OutputRefused(f"{path} is read-only; name another file")
+        return "is read-only"
+    mine = replaces is not None and replaces(path)
+    if not folder and path.exists() and not mine:
+        return "exists and this command did not write it: nothing was touched; remove it yourself or name another file"
+    if folder and all((path / name).is_file() for name in BUNDLE_FILES) and not mine:
+        return "holds a bundle this command did not write: nothing was touched; name another folder"
+    return None
+
+
+def check_output_file(path: str | Path, written_by_us: Callable[[Path], bool], command: str) -> Path:
+    """`path` as a file this command may write, checked before any work (`output_problem`): its
+    folder exists and is writable, it is no run's or bundle's own, and it is missing or a file
+    `written_by_us(path)` recognises as this command's own output."""
+    path = Path(path).expanduser()
+    problem = output_problem(path, False, written_by_us)
+    if problem:
+        raise OutputRefused(f"{path}: {problem} ({command} wrote nothing)")
     return path
 
 

@@ -363,6 +363,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=file_out(), default=None)
     args = parser.parse_args()
+    if not (args.reference / "fast_td3" / "fast_td3.py").is_file():
+        parser.refuse(f"--reference {args.reference}: not a checkout of younggyoseo/FastTD3 (no fast_td3/fast_td3.py)")
     device = torch.device(args.device)
     net, utils = load_reference(args.reference)
     maths = check_same_maths(net, utils, device)

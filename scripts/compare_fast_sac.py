@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=whole(1, 1000), default=10)
     parser.add_argument("--json", type=file_out(), default=None)
     args = parser.parse_args(argv)
+    if not (args.reference / SAC_DIR / "fast_sac.py").is_file():
+        parser.refuse(f"--reference {args.reference}: not a checkout of amazon-far/holosoma (no {SAC_DIR}/fast_sac.py)")
     networks, agent_cls = load_reference(args.reference)
     report = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__, "sizes": {}}
     print(f"CPU: {report['cpu']}, {report['threads']} torch threads, torch {torch.__version__}; eager fp32")

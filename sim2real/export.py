@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fast_td3.command_line import as_key_values, number, read_value, whole
+from fast_td3.command_line import as_key_values, folder_out, number, read_value, whole
 from sim2real.policy_average import averaged_checkpoint
 
 BUNDLE_FORMAT = "fast-td3-policy-bundle/1"
@@ -384,6 +384,9 @@ The other tools' spelling is read too: `fast-td3-export <run> <bundle> --use lat
 """
 _KEYS = ("checkpoint", "out", "use", "device", "force", "gait_frequency", "average")
 NUMBER_KINDS = {"gait_frequency": number(0, 100), "average": whole(1)}
+OUT = folder_out(replaces=lambda folder: is_bundle(folder), make_parents=True)
+"""`out=`: a new folder (the folders above it made as needed), or a bundle this command wrote
+(replaced with force=true)."""
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -415,6 +418,7 @@ def _parse(argv: list[str]) -> dict[str, str]:
         for key, kind in NUMBER_KINDS.items():
             if key in args:
                 args[key] = read_value(key, args[key], kind)
+        read_value("out", args["out"], OUT)
     except ValueError as error:
         _fail(str(error))
     return args

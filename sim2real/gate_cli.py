@@ -8,8 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from fast_td3.command_line import SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, as_key_values, number, read_value, whole
-from fast_td3.files import check_output_file, json_safe
+from fast_td3.command_line import (
+    SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, as_key_values, file_out, number, read_value, whole,
+)
+from fast_td3.files import json_safe
 from sim2real import robust, sim2sim
 from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
 
@@ -67,7 +69,7 @@ def cli(argv: list[str] | None = None) -> None:
             min_pass_rate = read_value("min_pass_rate", options.get("min_pass_rate", str(robust.MIN_PASS_RATE)),
                                        number(0, 1, above_minimum=False))
         if "report" in options:  # checked before the gate's minutes, not after
-            report = check_output_file(options["report"], is_gate_report, "fast-td3-sim2sim")
+            report = read_value("report", options["report"], file_out(replaces=is_gate_report))
         bundle = load_bundle(options["bundle"])
     except (ValueError, OverflowError) as error:  # BundleError, a number that is not one, trials=inf
         print(f"fast-td3-sim2sim: error: {error}", file=sys.stderr)

@@ -132,7 +132,12 @@ def play_bundle(path: str | Path, seconds: float | None = None, video: str | Pat
         if steps % every:
             return
         if renderer is None:
-            renderer = mujoco.Renderer(robot.model, height=VIDEO_SIZE[0], width=VIDEO_SIZE[1])
+            try:
+                renderer = mujoco.Renderer(robot.model, height=VIDEO_SIZE[0], width=VIDEO_SIZE[1])
+            except mujoco.FatalError as error:  # no OpenGL for offscreen rendering here
+                raise RuntimeError(f"MuJoCo cannot render offscreen here ({str(error).split(',')[0]}); "
+                                   "MUJOCO_GL=egl needs libEGL (a GPU driver or Mesa), MUJOCO_GL=osmesa needs "
+                                   "OSMesa") from None
             camera = mujoco.MjvCamera()
             camera.type, camera.trackbodyid = mujoco.mjtCamera.mjCAMERA_TRACKING, 1
             camera.distance, camera.elevation, camera.azimuth = 3.0, -15.0, 135.0

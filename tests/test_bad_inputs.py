@@ -127,6 +127,16 @@ FAST = [
     (["distributed.batch=split"], "it applies to runs launched with torchrun"),
     (["-m", "seed=1,2", "hydra.run.dir=here"], "hydra.run.dir=here has no effect in a sweep (-m)"),
     (["--config-dir", "nowhere", "preset=mine"], "--config-dir nowhere: no such folder"),
+    # Hydra's and OmegaConf's own messages (issue 64): each was a page, a traceback or a usage block
+    (["algo.v_max=inf"], "algo.v_max=inf: give a finite number"),
+    (["algo.actor_lr=nan"], "algo.actor_lr=nan: give a finite number"),
+    (["~seed"], "~seed: seed is a setting of fast-td3-train and cannot be removed"),
+    (["hydra.run.dir"], "malformed override 'hydra.run.dir'"),
+    (["hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir takes true or false"),
+    (["preset=cpu,cpu_t1"], "a sweep over them needs -m (fast-td3-train -m preset=cpu,cpu_t1)"),
+    (["--cfg", "nope"], "argument --cfg/-c: invalid choice: 'nope'"),
+    (["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=-1", "seed=1,2"],
+     "hydra.launcher.timeout_min=-1: give a whole number, 1 or more"),
 ]
 
 
@@ -157,7 +167,7 @@ def test_an_unavailable_device_says_what_is_available(tmp_path, trained, device,
 
 
 @pytest.mark.parametrize("kwarg, says", [
-    ("reset_noise_scale=nan", "fails at reset with env.options.env_kwargs.reset_noise_scale=nan"),
+    ("reset_noise_scale=nan", "env.options.env_kwargs.reset_noise_scale=nan: give a finite number"),  # before any env
     ("no_such_weight=1", "cannot be made with env.options.env_kwargs.no_such_weight=1"),
 ])
 def test_env_keywords_the_simulator_rejects_are_named_and_leave_no_run_folder(tmp_path, kwarg, says):
@@ -227,6 +237,22 @@ def test_export_and_play_name_an_unreadable_checkpoint(run_copy, command):
 
 
 # ------------------------------------------------------------------ resumes
+@pytest.mark.parametrize("args, env, says", [
+    (["{run}", "--trial", "3", "--gate-report", "r.json"], {}, "--trial, --gate-report: for T1 export bundles only"),
+    (["t1_flat", "--num-envs", "2"], {}, "--num-envs: for run folders"),
+    (["t1_flat", "--seconds", "1", "--video", "v.gif"], {}, "seconds=1 leaves nothing to judge"),  # NaN FAIL, exit 0
+    (["t1_flat", "--seed", "3"], {}, "add --trial K"),
+    (["t1_flat"], {"DISPLAY": ""}, "no display for MuJoCo's viewer"),
+    (["t1_flat", "--video", "v.gif", "--seconds", "3"], {"MUJOCO_GL": "glfw", "DISPLAY": ""},
+     "MuJoCo cannot render offscreen here"),  # and no GLFW warnings
+])
+def test_play_refuses_what_it_would_ignore_or_cannot_show_in_one_line(run_copy, tmp_path, args, env, says):
+    before = snapshot(tmp_path)
+    result = run([PLAY, *(arg.format(run=run_copy) for arg in args)], tmp_path, env={**os.environ, **env})
+    assert_user_error(result, says)
+    assert snapshot(tmp_path) == before
+
+
 def test_resume_passes_a_truncated_newest_checkpoint_sets_it_aside_and_continues(run_copy):
     newest = ckpt.CheckpointManager(run_copy).latest()
     _truncate(0.5)(newest)

@@ -205,6 +205,20 @@ def test_a_launcher_without_its_extra_and_slurm_without_slurm_are_named_with_the
     assert launcher_problem(["hydra/launcher=basic", "seed=1"], find_module=lambda name: None) is None
 
 
+@pytest.mark.parametrize("override, says", [
+    ("hydra.launcher.timeout_min=-1", "hydra.launcher.timeout_min=-1: give a whole number, 1 or more"),
+    ("hydra.launcher.cpus_per_task=0.5", "hydra.launcher.cpus_per_task=0.5: give a whole number, 1 or more"),
+    ("hydra.launcher.mem_gb=nan", "hydra.launcher.mem_gb=nan: give a number above 0"),
+    ("hydra.launcher.gpus_per_node=-2", "hydra.launcher.gpus_per_node=-2: give a whole number, 0 or more"),
+])
+def test_a_launcher_count_out_of_range_is_one_line_before_any_job(override, says):
+    """`timeout_min=-1` reached submitit: 29 lines of UncompletedJobError and a folder named `%j`."""
+    args = ["-m", "hydra/launcher=submitit_local", override, "seed=1,2"]
+    assert launcher_problem(args, find_module=lambda name: True) == says
+    assert launcher_problem(["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30",
+                             "hydra.launcher.mem_gb=null"], find_module=lambda name: True) is None
+
+
 BLOCK_RAY_PLUGIN = """
 import sys
 class NotInstalled:

@@ -135,8 +135,8 @@ def bundle(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("option,words", [
-    ("report={bundle}/meta.json", ["meta.json", "not written by fast-td3-sim2sim"]),
-    ("report={bundle}", ["is a folder"]),
+    ("report={bundle}/meta.json", ["meta.json", "is a run's or a bundle's own"]),
+    ("report={bundle}", ["exists and is not a file"]),
     ("report={bundle}/missing/r.json", ["does not exist"]),
     ("trials=1.9", ["trials=1.9", "whole number"]),
     ("seed=2.7", ["seed=2.7", "whole number"]),

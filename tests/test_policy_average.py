@@ -128,7 +128,7 @@ def test_cli_exports_the_mean_actor_and_refuses_a_bad_count(run_dir, tmp_path, c
         with pytest.raises(SystemExit) as stopped:
             export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / bad}", f"average={bad}"])
         assert stopped.value.code == 2
-        assert "average must be a whole number" in capsys.readouterr().err
+        assert f"average={bad}: give a whole number, 1 or more" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'four'}", "average=4"])
     assert "holds 2" in capsys.readouterr().err

@@ -2,10 +2,11 @@
 
 A folder holding a run's files is never trained into again except by `resume=` (D1); export's
 `force=true` replaces only a bundle export wrote (D2); a run folder is held by one process at a
-time through an OS lock, which a process's death releases (D3); a stop before training leaves
-no folder that is not a run; the user's own presets (`--config-dir`) are seen by the checks;
-the replay buffer's memory is estimated before it is allocated; and a command a message
-suggests works when pasted into a shell.
+time through an OS lock, which a process's death releases (D3), and a resume into a folder it
+cannot write into is refused before any work; a stop before training leaves no folder that is
+not a run; the user's own presets (`--config-dir`) are seen by the checks; the replay buffer's
+memory is estimated before it is allocated; and a command a message suggests works when pasted
+into a shell.
 """
 
 import json
@@ -21,7 +22,9 @@ import pytest
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.run_folder import LOCK_FILE, shell_arg
 from helpers import site_hook
-from test_bad_inputs import EXPORT, QUICK, TRAIN, assert_user_error, run, run_copy, snapshot, trained  # noqa: F401
+from test_bad_inputs import (  # noqa: F401 (fixtures)
+    EXPORT, QUICK, TRAIN, assert_user_error, no_heavy, run, run_copy, snapshot, trained,
+)
 
 
 # ------------------------------------------------------------------ D1: a run's folder is not reused
@@ -151,6 +154,29 @@ def test_one_trainer_holds_a_run_folder_and_its_death_releases_it(tmp_path):
     resumed = run([TRAIN, "resume=run", f"total_steps={killed_at + 5}"], tmp_path)  # a requeued job
     assert resumed.returncode == 0, resumed.stderr
     assert ckpt.load(manager.latest())["global_step"] == killed_at + 5
+
+
+OBEYING_PERMISSIONS = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+"""A prefix under which a command is held to permission bits: root passes them (CAP_DAC_OVERRIDE)
+unless its command starts without the capability."""
+
+
+@pytest.mark.parametrize("read_only", [".", "checkpoints"], ids=["chmod -R a-w run", "chmod a-w run/checkpoints"])
+def test_a_resume_into_a_read_only_run_folder_is_refused_before_any_work(run_copy, no_heavy, read_only):
+    if OBEYING_PERMISSIONS and (shutil.which("setpriv") is None
+                                or subprocess.run([*OBEYING_PERMISSIONS, "true"]).returncode != 0):
+        pytest.skip("running as root, which permission bits do not stop, and setpriv cannot drop CAP_DAC_OVERRIDE")
+    before = snapshot(run_copy)
+    flags = ["-R"] if read_only == "." else []
+    subprocess.run(["chmod", *flags, "a-w", run_copy / read_only], check=True)
+    try:  # torch, MuJoCo and gymnasium unimportable: refused before a checkpoint is read
+        result = run([*OBEYING_PERMISSIONS, TRAIN, "resume=run"], run_copy.parent, env=no_heavy)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", run_copy], check=True)
+    says = "run" if read_only == "." else f"run/{read_only}"
+    assert_user_error(result, f"cannot resume: {says} is not writable, and a resume writes its checkpoints")
+    assert "make it writable (chmod -R u+w run) or resume a copy of the run" in result.stderr
+    assert snapshot(run_copy) == before
 
 
 # ------------------------------------------------------------------ a stop before training starts

@@ -268,8 +268,9 @@ def test_bad_sim2sim_input_exits_2_with_a_message(tmp_path, capsys):
     (tmp_path / "meta.json").write_text(json.dumps(bundle.meta))
     (tmp_path / "T1.yaml").write_text(yaml.safe_dump(bundle.deploy_yaml))
     (tmp_path / "policy.pt").write_bytes(b"not a TorchScript archive")
-    for args, message in ((["seconds=abc"], "seconds=abc: not a number"), (["seconds=0"], "give seconds > 2"),
-                          (["max_lin_vel_error=-1"], "max_lin_vel_error must be a number >= 0"),
+    for args, message in ((["seconds=abc"], "seconds=abc: give a number above 0"),
+                          (["seconds=0"], "seconds=0: give a number above 0"), (["seconds=1.5"], "give seconds > 2"),
+                          (["max_lin_vel_error=-1"], "max_lin_vel_error=-1: give a number, 0 or more"),
                           (["min_coverage=0.5"], "unknown options ['min_coverage']"),
                           ([], "not a TorchScript file")):
         with pytest.raises(SystemExit) as exited:

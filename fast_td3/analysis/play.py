@@ -155,6 +155,10 @@ def check_options(args: argparse.Namespace, bundle: bool) -> None:
                          f"{args.checkpoint} is a run or checkpoint (export it: fast-td3-export {args.checkpoint} <bundle>)")
     if (args.seed is not None or args.gate_report is not None) and args.trial is None:
         raise ValueError("--seed and --gate-report choose a robust trial's draw: add --trial K")
+    if bundle and args.video is None and sys.platform.startswith("linux") and not (
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise RuntimeError("no display for MuJoCo's viewer (DISPLAY is not set): record a video instead "
+                           "(--video out.mp4)")
     if args.video is not None:
         check_video_output(args.video, "fast-td3-play")
         if args.trial is not None:  # the trial's captions are written beside the video
@@ -164,13 +168,13 @@ def check_options(args: argparse.Namespace, bundle: bool) -> None:
 
 def cli(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.video is not None:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
     try:
         from sim2real.watch import is_bundle, play_bundle  # the simulator stays out of fast_td3/
 
         bundle = is_bundle(args.checkpoint)
         check_options(args, bundle)
-        if args.video is not None:
-            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
         if bundle:
             silence_library_noise()  # native MuJoCo
             result = play_bundle(args.checkpoint, args.seconds, args.video, args.fps, args.trial, args.seed or 0,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from omegaconf import OmegaConf
-from fast_td3.command_line import ArgumentParser, whole
+from fast_td3.command_line import ArgumentParser, number, read_value, whole
 
 LAUNCHERS = {
     # hydra/launcher=<name>: (the Hydra plugin that provides it, the extra that installs it)
@@ -59,10 +59,25 @@ warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigSto
 
 
 # ================================================================ naming a launcher
+LAUNCHER_COUNTS = {"timeout_min": whole(1), "cpus_per_task": whole(1), "gpus_per_node": whole(0),
+                   "tasks_per_node": whole(1), "nodes": whole(1), "mem_gb": number(0), "num_cpus": whole(1),
+                   "num_gpus": whole(0)}
+"""The launchers' counts a sweep sets on the command line (submitit's and Ray's), by kind."""
+
 def launcher_problem(args: list[str], find_module: Callable[[str], object] = importlib.util.find_spec,
                      which: Callable[[str], str | None] = shutil.which) -> str | None:
     """One line for `hydra/launcher=<name>` when its plugin is not installed (the install command),
-    or when `submitit_slurm` is named on a machine without SLURM; None otherwise."""
+    when `submitit_slurm` is named on a machine without SLURM, or for a launcher count out of range
+    (`hydra.launcher.timeout_min=-1` ended in submitit's 29-line error and a folder named `%j`);
+    None otherwise."""
+    for arg in args:
+        key, sep, value = arg.lstrip("+").partition("=")
+        kind = LAUNCHER_COUNTS.get(key.removeprefix("hydra.launcher."))
+        if key.startswith("hydra.launcher.") and sep and kind is not None and value != "null":
+            try:
+                read_value(key, value, kind)
+            except ValueError as error:
+                return str(error)
     named = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("hydra/launcher=")]
     for name in named:
         if name not in LAUNCHERS:

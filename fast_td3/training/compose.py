@@ -24,7 +24,8 @@ from fast_td3.training.config import TrainConfig
 from fast_td3.training.config_checks import check_values
 from fast_td3.training.preflight import LAUNCH, resumed_config, video_problem
 from fast_td3.training.recording import record_run
-from fast_td3.training.run_folder import restore_default_sigterm, shell_arg
+from fast_td3.training.run_folder import shell_arg
+from fast_td3.training.startup_signals import stop_if_asked
 from fast_td3.training.threads import apply_thread_share, cores_available, sweep_jobs_in_parallel, thread_share
 
 
@@ -58,6 +59,7 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
     run.ranks = ranks = distributed.init(resolve_device(train_cfg.device))
     if ranks.is_main:
         LAUNCH.hold(run.dir)  # the folders preflight left to Hydra: sweeps' jobs, torchrun's, cluster jobs
+    stop_if_asked()  # a signal while torch and the ranks came up
     if not run.resumed and has_checkpoints(run.dir):
         raise ConfigError(f"{run.dir} already holds a run; continue it with resume= "
                           f"(fast-td3-train {shell_arg('resume', run.dir)}), or choose another folder")
@@ -83,15 +85,15 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
             record_run(OmegaConf.structured(train_cfg), run.dir, run.overrides, run.resumed)
 
     final = build_and_train(train_cfg, run.dir, ranks, ready, LAUNCH.resume_from)
-    restore_default_sigterm()
     return train_cfg, final
 
 
 def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
                     resume_from: Path | None = None) -> dict[str, float]:
-    """Make train and eval envs, restore a checkpoint when resuming, call `on_ready()` (the
-    config now holds what the adapter and the learner settled: backend, precision, threads,
-    CPU), train (this rank's share of a torchrun job: its own envs and seeds)."""
+    """Make train and eval envs, restore a checkpoint when resuming, stop if a signal asked to
+    meanwhile (`startup_signals`), call `on_ready()` (the config now holds what the adapter and
+    the learner settled: backend, precision, threads, CPU), train (this rank's share of a
+    torchrun job: its own envs and seeds)."""
     import torch
 
     from fast_td3.learner.precision import cpu_model
@@ -110,6 +112,7 @@ def build_and_train(cfg: TrainConfig, run_dir: Path, ranks=None, on_ready=None,
             checkpoint = resume_from or pick_for_resume(cfg.resume)[0]
             runner.load(checkpoint)
             say(f"Resuming {run_dir} from {checkpoint.name} (global step {runner.global_step})", flush=True)
+        stop_if_asked()  # the last stop that leaves a resumed run's folder as it was (before its record)
         if on_ready is not None:
             on_ready()
         return runner.train()

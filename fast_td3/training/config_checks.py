@@ -7,9 +7,11 @@ to do; `fast-td3-train` runs them before Hydra makes a run folder.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
 
 from fast_td3.learner.config import ALGORITHMS, ConfigError
 from fast_td3.command_line import SEED_MAX
@@ -18,8 +20,22 @@ CLOSE_TO_FULL = 0.8
 """A replay buffer above this share of the memory available gets a warning."""
 
 
+def non_finite_numbers(node, prefix: str = "") -> list[str]:
+    """`key=value` for every float of a config (dataclasses, dicts, lists) that is NaN or infinite."""
+    if is_dataclass(node):
+        node = {f.name: getattr(node, f.name) for f in fields(node)}
+    if isinstance(node, Mapping):
+        return [bad for key, value in node.items() for bad in non_finite_numbers(value, f"{prefix}{key}.")]
+    if isinstance(node, (list, tuple)):
+        return [bad for i, value in enumerate(node) for bad in non_finite_numbers(value, f"{prefix[:-1]}[{i}].")]
+    return [f"{prefix[:-1]}={node}"] if isinstance(node, float) and not math.isfinite(node) else []
+
+
 def check_values(cfg) -> None:
     """ConfigError for a value of a `TrainConfig` that would only fail once training started."""
+    bad = non_finite_numbers(cfg)
+    if bad:  # an inf or nan setting trains into NaN weights, or never stops
+        raise ConfigError(f"{bad[0]}: give a finite number" + (f" (also {', '.join(bad[1:])})" if bad[1:] else ""))
     if not 0 <= cfg.seed <= SEED_MAX:
         raise ConfigError(f"seed={cfg.seed}: seed must be an integer from 0 to {SEED_MAX} (2**64 - 1)")
     algo = cfg.algo

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from fast_td3.training import distributed
+from fast_td3.training import distributed, startup_signals
 
 
 class NonFiniteObservationError(RuntimeError):
@@ -44,7 +44,9 @@ def stop_signals() -> Iterator[StopRequest]:
     """While training, SIGINT, SIGTERM and SIGUSR2 ask the loop to stop after the current global
     step (so a checkpoint never holds half an update); a second SIGINT aborts at once. The signal
     number is written into the `StopRequest` yielded; the handlers found are put back afterwards
-    (under submitit, its own SIGUSR2 handler, which then requeues the job)."""
+    (under submitit, its own SIGUSR2 handler, which then requeues the job; after `fast-td3-train`'s
+    start-up, the ones found before it). A stop asked during that start-up ends the run here,
+    before its first step (`startup_signals.StoppedBeforeTraining`)."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
@@ -58,7 +60,9 @@ def stop_signals() -> Iterator[StopRequest]:
         request.signum = signum
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous.update(startup_signals.hand_over())
     try:
+        startup_signals.stop_if_asked()
         yield request
     finally:
         for sig, old in previous.items():

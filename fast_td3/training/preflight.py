@@ -19,8 +19,8 @@ from fast_td3.training.cli_checks import CONF_DIR, GROUPS, search_path_override
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.config_checks import check_no_inert_keys, check_replay_memory_early, check_values
 from fast_td3.training.run_folder import (
-    Launch, RunLock, busy_message, claim_folder, claim_run_dir, lock_holder, make_folder, override_value,
-    topmost_missing,
+    Launch, RunLock, busy_message, check_writable, claim_folder, claim_run_dir, lock_holder, make_folder,
+    override_value, topmost_missing,
 )
 
 RESOLVED_CONFIG = "config.yaml"
@@ -108,6 +108,9 @@ def hydra_problem(error: Exception, overrides: list[str]) -> str:
                 return (f"malformed override {override!r} ({why}); write key=value, e.g. algo.gamma=0.99 "
                         "or algo.actor_hidden_dims=[256,128]")
     message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if message.startswith("Ambiguous value for argument"):  # a,b without -m
+        override = message.split("'")[1] if "'" in message else message
+        return f"{override} lists several values: a sweep over them needs -m (fast-td3-train -m {override})"
     cause = error.__cause__
     if message.startswith("Error merging override ") and cause is not None:
         override = message.removeprefix("Error merging override ")
@@ -129,9 +132,27 @@ def compose_config(overrides: list[str], config_dirs: list[Path] | None = None) 
     plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
-            return compose("train", overrides=plain + search_path_override(config_dirs or []))
+            cfg = compose("train", overrides=plain + search_path_override(config_dirs or []))
+            if len(plain) < len(overrides):  # Hydra's own keys (hydra.job.chdir=maybe), checked here too
+                compose("train", overrides=overrides + search_path_override(config_dirs or []),
+                        return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as error:
-        raise ConfigError(hydra_problem(error, plain)) from None
+        raise ConfigError(hydra_problem(error, overrides)) from None
+    check_deletions(cfg, plain)
+    return cfg
+
+
+def check_deletions(cfg: DictConfig, overrides: list[str]) -> None:
+    """`~key` removes an entry of a free-form dict (reward scales, env options); a key of the typed
+    config cannot go (Hydra failed on it later, while formatting its own error)."""
+    for override in overrides:
+        if not override.startswith("~"):
+            continue
+        key = override[1:].split("=", 1)[0]
+        parent = cfg if "." not in key else OmegaConf.select(cfg, key.rsplit(".", 1)[0])
+        if OmegaConf.is_config(parent) and OmegaConf.get_type(parent) not in (dict, None):
+            raise ConfigError(f"{override}: {key} is a setting of fast-td3-train and cannot be removed; "
+                              f"give it a value ({key}=...); `fast-td3-train --help` lists every key")
 
 
 def validated(cfg: DictConfig) -> TrainConfig:
@@ -221,13 +242,16 @@ def claim(overrides: list[str], resume: str | None) -> bool:
 
 def preflight(overrides: list[str], config_dirs: list[Path] | None = None) -> None:
     """Every check a run can make before Hydra makes its folder: compose and validate the config
-    (a resume: its saved config and a checkpoint that reads and belongs to it), the device, the
-    folder; then claim and lock the run folder. Raises a user error; records its decisions in LAUNCH."""
+    (a resume: a folder it can write into, its saved config, a checkpoint that reads and belongs to
+    it), the device, the folder; then claim and lock the run folder. Raises a user error; records
+    its decisions in LAUNCH."""
     cfg = compose_config(overrides, config_dirs)
     if cfg.resume:
-        holder = lock_holder(run_dir_of(cfg.resume).absolute())
-        if holder is not None and _is_main_rank():  # still training: say so before anything else
-            raise ConfigError(busy_message(run_dir_of(cfg.resume).absolute(), holder))
+        if _is_main_rank():  # rank 0 holds the folder and writes into it
+            holder = lock_holder(run_dir_of(cfg.resume).absolute())
+            if holder is not None:  # still training: say so before anything else
+                raise ConfigError(busy_message(run_dir_of(cfg.resume).absolute(), holder))
+            check_writable(run_dir_of(cfg.resume))
         LAUNCH.resume_from, state, LAUNCH.unreadable = pick_for_resume(cfg.resume)
         cfg = resumed_config(cfg, overrides)
         check_matches(state, OmegaConf.to_container(cfg, resolve=True), LAUNCH.resume_from)

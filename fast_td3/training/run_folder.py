@@ -1,13 +1,15 @@
 """Run folders: claiming one for a new run, the lock that lets one process at a time hold it,
-removing what a run that never reached its first checkpoint made, this command's folder
-(`Launch`: the name Hydra gives it, holding it, discarding it), and the pre-training stop.
+whether a resume can write into its folder, removing what a run that never reached its first
+checkpoint made, and this command's folder (`Launch`: the name Hydra gives it, holding it,
+discarding it, leaving a resumed one as found).
 
 A run folder is held through `fcntl.flock` on `<run>/.fast-td3.lock` (the file also names the
 holder's PID). The OS releases the lock when the holder dies, even by SIGKILL, so a requeued
 job that resumes the folder (`resume=<run>`) passes once the old process is gone, while a
 second trainer, or a resume of a folder that is still training, is refused with the PID.
 The lock file stays in the folder (removing it would let two processes lock two files of one
-name); a file that this command created for a folder it then refuses is removed again.
+name); a file that this command created for a folder it then refuses is removed again, and one
+it found gets its text back.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from omegaconf import OmegaConf
 
 from fast_td3.learner.config import ConfigError
 from fast_td3.training.checkpoint import has_checkpoints, run_dir_of
+from fast_td3.training.startup_signals import StoppedBeforeTraining  # noqa: F401 (its former home)
 
 LOCK_FILE = ".fast-td3.lock"
 RUN_FILES = ("checkpoints", "config.yaml", "overrides.yaml", "metrics.jsonl", ".hydra")
@@ -139,8 +141,10 @@ if hasattr(os, "register_at_fork"):
 class RunLock:
     """This process's hold on a run folder, for as long as the process lives (or `release`)."""
 
-    def __init__(self, folder: Path, fd: int, created_file: bool) -> None:
+    def __init__(self, folder: Path, fd: int, created_file: bool, found: bytes = b"") -> None:
         self.folder, self.fd, self.created_file = folder, fd, created_file
+        self.found = found
+        """The lock file's text before this process wrote its PID into it."""
 
     @classmethod
     def acquire(cls, folder: Path) -> RunLock:
@@ -164,22 +168,27 @@ class RunLock:
             except FileNotFoundError:
                 same_file = False
             if same_file:  # not a file another process removed after we opened it
+                found = os.pread(fd, 4096, 0)
                 os.ftruncate(fd, 0)
                 os.write(fd, f"{os.getpid()}\n".encode())
                 _HELD.add(fd)
-                return cls(folder, fd, created)
+                return cls(folder, fd, created, found)
             os.close(fd)
         raise ConfigError(f"cannot lock {path}: it keeps being replaced")
 
-    def release(self, remove_file: bool = False) -> None:
-        """Let go of the folder; `remove_file`: and remove the lock file if this process made it."""
+    def release(self, as_found: bool = False) -> None:
+        """Let go of the folder; `as_found`: and leave the lock file as this process found it
+        (removed if it made it, else with its text back)."""
         if self.fd < 0:
             return
-        if remove_file and self.created_file:
-            try:
+        try:
+            if as_found and self.created_file:
                 (self.folder / LOCK_FILE).unlink()
-            except OSError:
-                pass
+            elif as_found:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, self.found, 0)
+        except OSError:
+            pass
         if self.fd in _HELD:
             _HELD.discard(self.fd)
             os.close(self.fd)
@@ -270,7 +279,7 @@ def claim_folder(folder: Path) -> tuple[Path | None, RunLock]:
     lock = RunLock.acquire(folder)
     names = contents(folder)
     if names:  # written between the two looks by a process that takes no lock
-        lock.release(remove_file=True)
+        lock.release(as_found=True)
         raise ConfigError(not_empty_message(folder, names))
     return created, lock
 
@@ -294,6 +303,23 @@ def discard(run_dir: Path, created: Path | None) -> bool:
         except OSError:
             break
     return True
+
+
+# ------------------------------------------------------------------ a resume's folder
+RESUME_WRITES = (".hydra", "checkpoints", "diagnostics", "tensorboard", "videos", LOCK_FILE)
+"""What a resume writes into, beside the run folder itself (which holds config.yaml, overrides.yaml
+and metrics.jsonl, each replaced as a whole); the lock file is rewritten in place."""
+
+
+def check_writable(folder: Path) -> None:
+    """ConfigError, before a resume does any work, when it could not write into `folder` (those of
+    its parts that exist: a missing folder is the resume check's to report)."""
+    for path in (folder, *(folder / name for name in RESUME_WRITES)):
+        if path.exists() and not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+            where = "there" if path == folder else f"into {folder}"
+            raise ConfigError(
+                f"cannot resume: {path} is not writable, and a resume writes its checkpoints, metrics and config "
+                f"{where}; make it writable (chmod -R u+w {shlex.quote(str(folder))}) or resume a copy of the run")
 
 
 # ------------------------------------------------------------------ this command's run folder
@@ -336,6 +362,12 @@ class Launch:
             self.lock.release()
         self.lock = RunLock.acquire(run_dir)
 
+    def leave_as_found(self) -> None:
+        """Let go of a resumed run's folder, its lock file as this command found it (a resume
+        refused or stopped before it trained leaves the run as it was)."""
+        if self.lock is not None:
+            self.lock.release(as_found=True)
+
     def discard_new_run(self, run_dir: Path) -> bool:
         """Remove what this command made for a new run that stopped before its first checkpoint
         (only the folder it claimed and holds; never another process's, never a checkpoint)."""
@@ -359,39 +391,3 @@ def register_resolvers(launch: Launch) -> None:
     for name, resolver in (("run_dir", launch.hydra_run_dir), ("hydra_subdir", hydra_subdir)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
-
-
-# ------------------------------------------------------------------ a stop before training starts
-class StoppedBeforeTraining(KeyboardInterrupt):
-    """SIGTERM before the runner's own stop handlers took over (they stop after a whole step)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def stop_with_exception_on_sigterm() -> None:
-    """Until training starts, SIGTERM unwinds like Ctrl-C (so the folder made for the run is
-    removed and the stop is reported) instead of ending the process without a word."""
-    def handler(signum, frame):
-        raise StoppedBeforeTraining(signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
-def restore_default_sigterm() -> None:
-    """From here (training is over) a SIGTERM ends the process as usual."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except ValueError:  # not the main thread
-            pass
-
-
-def signal_exit_code(interrupt: KeyboardInterrupt) -> int:
-    """128 + the signal: 143 for SIGTERM, 130 for Ctrl-C."""
-    return 128 + getattr(interrupt, "signum", signal.SIGINT)
-
-
-def stop_name(interrupt: KeyboardInterrupt) -> str:
-    return "Stopped by SIGTERM" if getattr(interrupt, "signum", None) == signal.SIGTERM else "Aborted"

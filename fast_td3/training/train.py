@@ -6,8 +6,10 @@
     fast-td3-train --cfg job                           # print the composed config
     torchrun --nproc_per_node=2 -m fast_td3.training.train ...
 
-The entry points: `cli` (the console script and `python -m`) and `main`, Hydra's task function,
-which ends every run through one table from errors to exit codes (docs/resume.md, "Exit codes").
+The entry points: `cli` (`python -m`; the console script, `start.cli`, defers Ctrl-C and SIGTERM
+before importing this module) and `main`, Hydra's task function, which ends every run through one
+table from errors to exit codes (docs/resume.md, "Exit codes"). Until training starts a signal
+stops the command at the points that call `stop_if_asked` (`startup_signals`).
 The parts, each in a module of its own: the command line up to Hydra (`train_cli`: its checks in
 `cli_checks` and `preflight`, reported in one line before torch, JAX or a suite is imported), run
 folders (`run_folder`), what a run records (`recording`) and the composition root (`compose`).
@@ -31,8 +33,9 @@ from fast_td3.training.cli_checks import CONF_DIR
 from fast_td3.training.compose import RunContext, run_training
 from fast_td3.training.config import register_configs
 from fast_td3.training.preflight import LAUNCH
-from fast_td3.training.run_folder import (
-    register_resolvers, shell_arg, signal_exit_code, stop_name, stop_with_exception_on_sigterm,
+from fast_td3.training.run_folder import register_resolvers, shell_arg
+from fast_td3.training.startup_signals import (
+    defer_stops, restore_handlers, signal_exit_code, stop_if_asked, stop_name,
 )
 from fast_td3.training.train_cli import EXIT_NON_FINITE, EXIT_USER_ERROR, EXIT_WRITE_ERROR, USER_ERRORS, hydra_args
 
@@ -52,8 +55,8 @@ def _refused(error: BaseException, run: RunContext) -> None:
     _say_error(error, run)
     if not run.resumed and run.ranks.is_main:
         LAUNCH.discard_new_run(run.dir)
-    elif run.resumed and LAUNCH.lock is not None:
-        LAUNCH.lock.release(remove_file=True)
+    elif run.resumed:
+        LAUNCH.leave_as_found()
 
 
 def _say_whole_line(text: str) -> None:
@@ -79,6 +82,8 @@ def _stopped(stopped, run: RunContext) -> None:
 
 def _interrupted(interrupt: KeyboardInterrupt, run: RunContext) -> None:
     """A second Ctrl-C (aborted mid-step), or Ctrl-C/SIGTERM before training."""
+    if run.resumed:
+        LAUNCH.leave_as_found()
     if has_checkpoints(run.dir):
         _say_whole_line(f"{stop_name(interrupt)}. Continue from the last checkpoint with: fast-td3-train "
                         f"{shell_arg('resume', run.dir)}")
@@ -116,6 +121,7 @@ def main(cfg: DictConfig) -> float | None:
         cfg.resume, run.overrides, run.resumed = str(run.dir), [], True
     exits = exit_table()
     try:
+        stop_if_asked()  # Hydra has made the run folder: from here `_interrupted` removes it
         train_cfg, final = run_training(cfg, hydra_cfg, run)
         # Under torchrun no rank tears its process group down while another is still closing its
         # run (rank 0's last gate and logger): a gloo peer whose connections close under it can
@@ -136,15 +142,17 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    """Console-script entry point: our help and friendly checks first, then Hydra."""
-    stop_with_exception_on_sigterm()  # until training starts (main handles its own)
+    """Our help and friendly checks first, then Hydra."""
+    defer_stops()  # `python -m`; the console script deferred them before importing this module
     try:
         args = hydra_args(sys.argv[1:])
         if args is not None:
             sys.argv[1:] = args
+            stop_if_asked()  # a signal during the checks: the folder they claimed goes
             main()
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM while starting up
         if LAUNCH.resume_from is not None:
+            LAUNCH.leave_as_found()
             print(f"{stop_name(interrupt)} before training resumed; the run is as it was. Continue it with: "
                   f"fast-td3-train {shell_arg('resume', run_dir_of(LAUNCH.resume_from))}", file=sys.stderr, flush=True)
         else:
@@ -153,6 +161,8 @@ def cli() -> None:
             print(f"{stop_name(interrupt)} before training started: nothing to resume, no run folder kept.",
                   file=sys.stderr, flush=True)
         sys.exit(signal_exit_code(interrupt))
+    finally:
+        restore_handlers()
 
 
 if __name__ == "__main__":

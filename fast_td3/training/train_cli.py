@@ -78,6 +78,7 @@ def hydra_args(args: list[str]) -> list[str] | None:
     hint = key_value_hint("fast-td3-train", args)  # the --flags tools' spelling
     if hint:
         fail(hint)
+    check_hydra_flags(args)
     try:
         config_dirs, plain_args = split_config_dirs(args)
     except ConfigError as error:
@@ -112,6 +113,15 @@ def hydra_args(args: list[str]) -> list[str] | None:
     except (*USER_ERRORS, DeviceError) as error:
         fail(str(error))
     return args
+
+
+def check_hydra_flags(args: list[str]) -> None:
+    """Hydra's own flags (`--cfg nope`) in one line, not the usage block of Hydra's parser."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.error = lambda message: fail(f"{message} (fast-td3-train --hydra-help lists Hydra's flags)")
+    parser.parse_args(args)
 
 
 def add_to_free_form_dicts(arg: str) -> str:

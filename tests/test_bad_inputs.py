@@ -394,3 +394,13 @@ def test_the_library_names_a_bad_seed_and_env_kwargs_too():
         derive_env_seeds(-1, 2)
     with pytest.raises(ValueError, match=r"seed must be an integer from 0 to 2\*\*64 - 1"):
         seed_everything(2**64)
+
+
+def test_help_into_a_pipe_closed_early_ends_without_a_traceback(no_heavy):
+    """`fast-td3-train --help | head -1`: the reader left before the help was written (it starts in
+    about a second; the pipe is closed at once)."""
+    reader = subprocess.Popen([TRAIN, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, **no_heavy}, bufsize=0)
+    reader.stdout.close()
+    assert reader.wait(timeout=60) == 0
+    assert "Traceback" not in reader.stderr.read().decode()

@@ -64,8 +64,12 @@ def test_a_new_run_never_trains_into_a_folder_that_holds_files(run_copy, damage,
 
 
 # ------------------------------------------------------------------ D2: export force=true
-@pytest.mark.parametrize("out", ["run", ".", "mixed"])
-def test_export_force_refuses_a_folder_it_did_not_write(run_copy, out):
+@pytest.mark.parametrize("out, says", [
+    ("run", "out=run: is a run's or a bundle's own: nothing was touched"),
+    (".", "not a bundle written by fast-td3-export"),
+    ("mixed", "out=mixed: holds a bundle this command did not write: nothing was touched"),
+])
+def test_export_force_refuses_a_folder_it_did_not_write(run_copy, out, says):
     root = run_copy.parent
     if out == "mixed":  # a bundle's names beside a file of the user's
         (root / "mixed").mkdir()
@@ -74,7 +78,7 @@ def test_export_force_refuses_a_folder_it_did_not_write(run_copy, out):
         (root / "mixed" / "thesis.tex").write_text("months of work")
     before = snapshot(root)
     result = run([EXPORT, f"checkpoint={run_copy}", f"out={out}", "force=true"], root)
-    assert_user_error(result, "not a bundle written by fast-td3-export")
+    assert_user_error(result, says)
     assert snapshot(root) == before
 
 

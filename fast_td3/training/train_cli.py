@@ -73,7 +73,10 @@ def hydra_args(args: list[str]) -> list[str] | None:
     """The arguments Hydra runs with, once every check before Hydra passed (the run folder is then
     claimed and locked); None after printing `--help`. Exits with a one-line error otherwise."""
     if "--help" in args or "-h" in args:
-        print(help_text())
+        try:
+            print(help_text(), flush=True)
+        except BrokenPipeError:  # `fast-td3-train --help | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return None
     hint = key_value_hint("fast-td3-train", args)  # the --flags tools' spelling
     if hint:

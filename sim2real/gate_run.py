@@ -29,7 +29,6 @@ from pathlib import Path
 from fast_td3.command_line import (
     SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, ArgumentParser, number, path_in, file_out, whole,
 )
-from fast_td3.files import check_output_file
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
 from sim2real import robust, sim2sim
@@ -169,9 +168,7 @@ def checkpoints_to_gate(args) -> list[Path]:
 def main(argv: list[str] | None = None) -> list[dict]:
     """Gate the checkpoints `argv` picks; the rows (printed as a table, and to `--json`)."""
     args = parser().parse_args(argv)
-    checkpoints = checkpoints_to_gate(args)
-    if args.json is not None:
-        args.json = check_output_file(args.json, is_gate_rows, PROG)
+    checkpoints = checkpoints_to_gate(args)  # --json was checked when parsed (file_out)
     for checkpoint in checkpoints:  # a gated/ folder of the user's own files is refused before any work
         check_bundle_out(gated_folder(args.run, ckpt.step_of(checkpoint), args.gait_frequency, args.average), True)
     returns = eval_returns(args.run)

@@ -340,7 +340,7 @@ def test_main_ends_each_error_with_its_exit_code_from_one_table():
     from fast_td3.learner.config import ConfigError
     from fast_td3.learner.device import DeviceError
     from fast_td3.training.guards import NonFiniteObservationError, TrainingStopped
-    from fast_td3.training.run_folder import StoppedBeforeTraining
+    from fast_td3.training.startup_signals import StoppedBeforeTraining
     from fast_td3.training.train import BY_SIGNAL, exit_table
 
     def code(error):

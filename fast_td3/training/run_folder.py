@@ -28,7 +28,6 @@ from omegaconf import OmegaConf
 
 from fast_td3.learner.config import ConfigError
 from fast_td3.training.checkpoint import has_checkpoints, run_dir_of
-from fast_td3.training.startup_signals import StoppedBeforeTraining  # noqa: F401 (its former home)
 
 LOCK_FILE = ".fast-td3.lock"
 RUN_FILES = ("checkpoints", "config.yaml", "overrides.yaml", "metrics.jsonl", ".hydra")

@@ -4,7 +4,7 @@ Every function takes the array namespace `xp` (`numpy`, `torch` or `jax.numpy`) 
 what the three share (`xp.stack(..., axis=-1)`, `xp.arctan2`, elementwise maths, `[..., i]`
 indexing), so the same maths runs inside a jitted MJX step, on Isaac Lab's torch buffers and
 in a HumanoidBench worker. Quaternions are MuJoCo's (w, x, y, z), base to world; arrays carry
-any leading batch dimensions. Names of the signals: `fast_td3/analysis/gait_metrics.py`.
+any leading batch dimensions. Names of the signals: `fast_td3/measures/gait_metrics.py`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The adapter is `GymnasiumVecEnv` (envs/gymnasium.py) with HumanoidBench's settin
   memory (docs/performance.md, scripts/bench_envs.py).
 
 Gait signals (`HumanoidBenchVecEnv.gait_signals()`, the optional eval-env hook of
-`fast_td3/analysis/gait_metrics.py`) are read from each env's MuJoCo `model`/`data` in its worker by
+`fast_td3/measures/gait_metrics.py`) are read from each env's MuJoCo `model`/`data` in its worker by
 the `GaitSignals` wrapper, right after the env's `step` and before any auto-reset, so rows of
 envs that just finished describe their last state (as final observations do). Training pays
 nothing for them: a worker reads them after every step only once the hook has been called
@@ -88,7 +88,7 @@ class OwnGlobalRandomState(gym.Wrapper):
 
 
 class GaitSignalsReader:
-    """The gait signals (`fast_td3/analysis/gait_metrics.py` keys) of one MuJoCo env, from its
+    """The gait signals (`fast_td3/measures/gait_metrics.py` keys) of one MuJoCo env, from its
     `unwrapped.model` and `.data`, read without touching the simulation (no `mj_forward`: it
     would move the solver's warm start).
 
@@ -318,7 +318,7 @@ class HumanoidBenchVecEnv(GymnasiumVecEnv):
         self._gait_static: dict[str, Any] | None = None
 
     def gait_signals(self) -> dict[str, torch.Tensor | float]:
-        """The eval-env hook of `fast_td3/analysis/gait_metrics.py`: the gait signals of the step just
+        """The eval-env hook of `fast_td3/measures/gait_metrics.py`: the gait signals of the step just
         taken (see the module docstring and `GaitSignalsReader`), float32 tensors on `device`
         (`foot_contact` bool) with a leading `num_envs` dimension, plus the static
         `torque_limits` [J], `joint_limits` [J, 2] and `dt` (float), read once. The first call

@@ -29,7 +29,7 @@ Three things the API does differently from the contract, handled here:
 so the envs' time-outs are staggered rather than all on the same step.
 
 **Gait signals.** The adapter has the optional eval hook `gait_signals()` of
-`fast_td3/analysis/gait_metrics.py`, read from the task's robot articulation
+`fast_td3/measures/gait_metrics.py`, read from the task's robot articulation
 (`scene[robot_entity].data`, "robot" by default) and velocity command through the API's
 public attributes (`envs/isaaclab_gait.py`). Rows of envs that finished in the step:
 
@@ -200,7 +200,7 @@ class IsaacLabVecEnv:
         self.env.close()
 
     def gait_signals(self) -> dict[str, Any]:
-        """Gait-metric signals of the step just taken (`fast_td3/analysis/gait_metrics.py` names; what
+        """Gait-metric signals of the step just taken (`fast_td3/measures/gait_metrics.py` names; what
         `GaitSignals` finds in the task). Rows of envs that finished in that step: see the
         module docstring. Empty without the robot entity (e.g. `robot_entity=None`)."""
         gait = self._gait

@@ -20,7 +20,7 @@ UNLIMITED_EFFORT = 1e8
 
 
 class GaitSignals:
-    """What the gait metrics (`fast_td3/analysis/gait_metrics.py` names) read from an Isaac-Lab-API env,
+    """What the gait metrics (`fast_td3/measures/gait_metrics.py` names) read from an Isaac-Lab-API env,
     through public attributes only; whatever the task lacks is left out, nothing raises.
 
     From the articulation `env.scene[robot_entity]` (`.data`, names as Isaac Lab 2.x/3.x and

@@ -128,7 +128,7 @@ OPTIONAL_ENV_ATTRIBUTES: dict[str, OptionalPart] = {
     "record_gait_signals": OptionalPart(None, "`record_gait_signals(on)`: whether steps compute the gait signals "
                                      "(the trainer turns them off on its training envs)."),
     "gait_signals": OptionalPart(None, "`gait_signals() -> dict`: the gait signals of the step just taken "
-                              "(`fast_td3/analysis/gait_metrics.py` keys), for the gait metrics of evaluations."),
+                              "(`fast_td3/measures/gait_metrics.py` keys), for the gait metrics of evaluations."),
     "checkpointed_parts": OptionalPart({}, "`{name: part}`, each with `state_dict()` and `load_state_dict(state)`: "
                                     "what the env changes in itself as training goes (a curriculum's level), saved in "
                                     "checkpoints so that a resumed run continues it rather than starting it again."),

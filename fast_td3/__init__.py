@@ -1,12 +1,14 @@
 """fast-td3: the FastTD3 and FastSAC learners, independent of any simulator.
 
-Three parts, each importing only from the ones before it:
+Four parts, each importing only from the ones before it (and from `envs/`, `sim2real.t1` below them):
 - `fast_td3.learner`: networks, algorithms, replay, normalisation, exploration, precision;
+- `fast_td3.measures`: pure measurements (gait metrics, critic diagnostics);
 - `fast_td3.training`: the application that trains (CLI, config, runner, checkpoints, logging);
-- `fast_td3.analysis`: tools that read runs (eval, play, report, gait metrics, diagnostics);
+- `fast_td3.analysis`: tools that read runs (eval, report, gate summaries, profiles);
 and two modules any part may use, importing nothing from the project: `fast_td3.files` (atomic
 writes, strict JSON) and `fast_td3.command_line` (the console scripts' one convention).
 The public classes below load on first use, so `import fast_td3` does not import torch.
+The layers are in docs/architecture.md; tests/test_layout.py checks them.
 """
 
 from importlib import import_module

@@ -107,6 +107,8 @@ class OutputRefused(ValueError):
 RUN_FILES = ("config.yaml", "metrics.jsonl")
 BUNDLE_FILES = ("meta.json", "policy.pt")
 """What marks a run folder (fast_td3/training/recording.py) and an export bundle (sim2real/export.py)."""
+RUN_BUNDLE_DIR = "bundle"
+"""A run's own shipped bundle, `<run>/bundle/`: what a run that confirms its gate writes (`gate.ship`)."""
 
 
 def is_run_or_bundle(folder: Path) -> bool:
@@ -139,11 +141,13 @@ def output_problem(path: Path, folder: bool, replaces: Callable[[Path], bool] | 
         return f"its folder {parent} is not writable"
     if path.is_symlink() or (path.exists() and path.is_dir() != folder):
         return f"exists and is not a {what}: nothing was touched; name a {what}"
-    if belongs_to_a_run_or_bundle(path) or (folder and all((path / name).is_file() for name in RUN_FILES)):
+    mine = replaces is not None and path.exists() and replaces(path)
+    # inside a run, only a folder the command knows as its own output (a run's shipped `bundle/`)
+    if (belongs_to_a_run_or_bundle(path) and not (folder and mine)) or (
+            folder and all((path / name).is_file() for name in RUN_FILES)):
         return "is a run's or a bundle's own: nothing was touched; name a path outside their files"
     if path.exists() and not os.access(path, os.W_OK):
         return "is read-only"
-    mine = replaces is not None and replaces(path)
     if not folder and path.exists() and not mine:
         return "exists and this command did not write it: nothing was touched; remove it yourself or name another file"
     if folder and all((path / name).is_file() for name in BUNDLE_FILES) and not mine:

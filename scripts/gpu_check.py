@@ -121,7 +121,7 @@ def check_training(device: torch.device, tiny: bool, seconds: float, chunk_steps
 
 def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     from fast_td3.training.runner import Runner
-    from sim2real import sim2sim
+    from sim2real import sim2sim, t1_bundle
     from sim2real.export import export_bundle
 
     steps = 20 if tiny else 1000
@@ -132,8 +132,8 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
         runner.train()
     start = time.perf_counter()
     bundle = export_bundle(run_dir, run_dir / "bundle")
-    trained = sim2sim.run(sim2sim.load_bundle(bundle), seconds=5.0)
-    shipped = sim2sim.run(sim2sim.load_bundle(sim2sim.PRETRAINED / "t1_flat"), seconds=5.0 if tiny else 20.0)
+    trained = sim2sim.run(t1_bundle.load_bundle(bundle), seconds=5.0)
+    shipped = sim2sim.run(t1_bundle.load_bundle(t1_bundle.PRETRAINED / "t1_flat"), seconds=5.0 if tiny else 20.0)
     return {"task": cfg.env.task, "backend": cfg.env.options.get("backend"), "steps": steps,
             "export_and_gate_s": time.perf_counter() - start,
             "trained_gate_passed": trained.passed, "trained_seconds_walked": trained.seconds_walked,

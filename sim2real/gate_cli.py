@@ -13,18 +13,19 @@ from fast_td3.command_line import (
 )
 from fast_td3.files import json_safe
 from sim2real import robust, sim2sim
-from sim2real.sim2sim import THRESHOLD_OPTIONS, BundleError, Thresholds, check_seconds, load_bundle, print_report, run
+from sim2real.sim2sim import THRESHOLD_OPTIONS, Thresholds, check_seconds, print_report, run
+from sim2real.t1_bundle import BundleError, load_bundle
 
 
 
 
 
-NUMBER_KINDS = {"seconds": number(0, SEGMENT_SECONDS_MAX), "min_height": number(0, 2),
-                "min_tilt_cos": number(-1, 1, above_minimum=False)}
-"""The numbers of the nominal gate, by kind: the seconds per segment (`seconds=1e9` is a typo, not a
-gate), the fall thresholds (a height in metres, the cosine of the trunk's tilt)."""
 LIMIT = number(0, above_minimum=False)
-"""A tracking threshold (max_lin_vel_error=, ...): a finite number, 0 or more."""
+NUMBER_KINDS = {"seconds": number(0, SEGMENT_SECONDS_MAX)} | {key: LIMIT for key in THRESHOLD_OPTIONS} | {
+    "min_height": number(0, 2), "min_tilt_cos": number(-1, 1, above_minimum=False)}
+"""The numbers of the gate, by kind: the seconds per segment (`seconds=1e9` is a typo, not a gate); a
+tracking threshold (max_lin_vel_error=, ...), a finite number, 0 or more; the fall thresholds, a
+height in metres and the cosine of the trunk's tilt."""
 
 
 def _parse(argv: list[str]) -> dict[str, str]:
@@ -49,14 +50,14 @@ def cli(argv: list[str] | None = None) -> None:
             raise BundleError("usage: fast-td3-sim2sim bundle=<folder> [seconds=20] [report=<file.json>] "
                               "[max_lin_vel_error=0.2] [max_yaw_rate_error=0.3] [min_forward_coverage=0.6] [both_sides=false] "
                               "[robust=true trials=20 seed=0 min_pass_rate=0.9 ...]")
-        known = ("bundle", "seconds", "report", "min_height", "min_tilt_cos", "both_sides", *THRESHOLD_OPTIONS,
+        known = ("bundle", "seconds", "report", "both_sides", *THRESHOLD_OPTIONS,
                  *robust.OPTIONS)
         unknown = set(options) - set(known)
         if unknown:
             raise BundleError(f"unknown options {sorted(unknown)}; known: {', '.join(known)}")
-        numbers = {key: read_value(key, options[key], kind) for key, kind in NUMBER_KINDS.items() if key in options}
-        check_seconds(numbers.get("seconds", 20.0))
-        limits = {key: read_value(key, options[key], LIMIT) for key in THRESHOLD_OPTIONS if key in options}
+        limits = {key: read_value(key, options[key], kind) for key, kind in NUMBER_KINDS.items() if key in options}
+        seconds = limits.pop("seconds", 20.0)  # the rest are thresholds
+        check_seconds(seconds)
         robust_mode = _flag(options, "robust")
         segments = sim2sim.sequence(_flag(options, "both_sides"))
         if not robust_mode and set(options) & set(robust.OPTIONS) - {"robust"}:
@@ -76,11 +77,11 @@ def cli(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if robust_mode:
         result = robust.run(bundle, trials, seed, ranges, thresholds=Thresholds(**limits), min_pass_rate=min_pass_rate,
-                            on_trial=robust.print_trial, on_nominal=print_report, segments=segments, **numbers)
+                            on_trial=robust.print_trial, on_nominal=print_report, segments=segments, seconds=seconds)
         robust.print_report(result)
         summary = result.summary()
     else:
-        result = run(bundle, **numbers, segments=segments, thresholds=Thresholds(**limits))
+        result = run(bundle, seconds=seconds, segments=segments, thresholds=Thresholds(**limits))
         print_report(result)
         summary = {"passed": result.passed, "fell": any(s.fell for s in result.segments),
                    "tracking_failures": sum(not f.startswith("fell") for s in result.segments for f in s.failures),

@@ -4,7 +4,12 @@ The trainer (`fast_td3/training/gate_loop.py`) starts this on the CPU, niced and
 so training does not wait for it and a GPU run spends no GPU time on it:
 
     python -m sim2real.gate_job <checkpoint.pt> <result.json> trials=10 seconds=10 seed=0 \\
-        min_pass_rate=0.9 [both_sides=true] [push=off ...]
+        min_pass_rate=0.9 [both_sides=true] [segments=stand,forward] [push=off ...]
+
+With `gate.ship`, the confirmation of a run's passes runs the same way, as `fast-td3-ship` into
+`<run>/bundle/`:
+
+    python -m sim2real.gate_job ship <result.json> <fast-td3-ship's arguments...>
 
 The result file (written atomically) holds the summary the trainer logs (`gate/*` metrics) and
 the full robust report, draws included. Exit status: 0 a verdict was written (pass or fail),
@@ -13,6 +18,8 @@ the full robust report, draws included. Exit status: 0 a verdict was written (pa
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -21,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from fast_td3.files import atomic_write_bytes, json_safe
 
 
 def metrics_of(report) -> dict[str, float]:
@@ -53,31 +62,34 @@ def _exit_if_orphaned(_trial=None) -> None:
 
 def _write(path: Path, record: dict[str, Any]) -> None:
     """The verdict file, written whole or not at all (the trainer reads it once the process ends)."""
-    from fast_td3.files import atomic_write_bytes, json_safe
 
     text = json.dumps(json_safe(record), indent=1, allow_nan=False).encode()
     atomic_write_bytes(path, lambda f: f.write(text))
 
 
-def gate_checkpoint(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]:
-    """Export `checkpoint` into a temporary bundle and play the robust gate on it."""
+def gate_record(checkpoint: Path, options: dict[str, str]) -> dict[str, Any]:
+    """The robust gate of `checkpoint`, exported into a temporary bundle: what the trainer reads."""
+    # loaded once this process has yielded the cores (`main`): torch and MuJoCo take seconds of CPU
     from sim2real import robust, sim2sim
-    from sim2real.export import META_JSON, export_bundle
+    from sim2real.checkpoint_gate import gate_checkpoint
 
     ranges = robust.ranges_from_options(options)
     trials, seconds = int(options.get("trials", 10)), float(options.get("seconds", 10.0))
     seed, min_pass_rate = int(options.get("seed", 0)), float(options.get("min_pass_rate", robust.MIN_PASS_RATE))
-    segments = sim2sim.sequence(options.get("both_sides", "false").lower() == "true")
+    segments = sim2sim.sequence(options.get("both_sides", "false").lower() == "true",
+                                [name for name in options.get("segments", "").split(",") if name])
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="gate-"))
     try:
-        bundle = export_bundle(checkpoint, folder / "bundle")
-        meta = json.loads((bundle / META_JSON).read_text())
-        report = robust.run(sim2sim.load_bundle(bundle), trials=trials, seed=seed, ranges=ranges, seconds=seconds,
-                            min_pass_rate=min_pass_rate, on_trial=_exit_if_orphaned, segments=segments)
+        verdict = gate_checkpoint(checkpoint, folder / "bundle", seconds=seconds, trials=trials, seed=seed,
+                                  ranges=ranges, min_pass_rate=min_pass_rate, segments=segments,
+                                  thresholds=sim2sim.Thresholds(**{key: float(options[key]) for key in
+                                                                   sim2sim.THRESHOLD_OPTIONS if key in options}),
+                                  on_trial=_exit_if_orphaned)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    averaged = len(meta.get("averaged_steps", [])) or 1  # gate.average: the actors in the mean
+    report = verdict.robust
+    averaged = len(verdict.bundle.meta.get("averaged_steps", [])) or 1  # gate.average: the actors in the mean
     return {"metrics": metrics_of(report) | {"gate/wall_s": time.perf_counter() - started,
                                              "gate/averaged_actors": float(averaged)},
             "summary": report.summary(), "report": report.to_dict()}
@@ -97,8 +109,34 @@ def yield_to_the_trainer() -> None:
         pass
 
 
+def confirm(result: Path, ship_args: list[str]) -> int:
+    """`fast-td3-ship` with `ship_args`, its exit status (0 shipped, 1 below the bar, 2 refused) and
+    the lines saying why it fell short written to `result`."""
+    from sim2real import ship
+
+    lines: list[str] = []
+
+    class Tee(io.TextIOBase):
+        def write(self, text: str) -> int:
+            lines.append(text)
+            return sys.__stdout__.write(text)
+
+    with contextlib.redirect_stdout(Tee()):
+        code = ship.main(ship_args)
+    said = "".join(lines).splitlines()
+    _write(result, {"code": code, "shipped": code == 0,
+                    "below_the_bar": [line for line in said if line.startswith(("below the bar:", "the gate failed"))]})
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ship"]:
+        yield_to_the_trainer()
+        import torch
+
+        torch.set_num_threads(1)
+        return confirm(Path(argv[1]), argv[2:])
     checkpoint, result = Path(argv[0]), Path(argv[1])
     options = dict(token.partition("=")[::2] for token in argv[2:])
     yield_to_the_trainer()
@@ -106,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     try:
-        record = gate_checkpoint(checkpoint, options)
+        record = gate_record(checkpoint, options)
     except (ValueError, OSError, RuntimeError) as error:
         _write(result, {"error": f"{type(error).__name__}: {error}"})
         print(f"gate of {checkpoint}: {error}", file=sys.stderr)

@@ -31,8 +31,9 @@ from fast_td3.command_line import (
 )
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.metrics_log import read_metrics
-from sim2real import robust, sim2sim
-from sim2real.export import T1_TASK_PREFIX, check_bundle_out, export_bundle
+from sim2real import robust, sim2sim, t1_bundle
+from sim2real.checkpoint_gate import gate_checkpoint
+from sim2real.export import T1_TASK_PREFIX, check_bundle_out
 
 PROG = "fast-td3-gate"
 GATED_DIR = "gated"
@@ -46,7 +47,7 @@ def eval_returns(run_dir: Path) -> dict[int, float]:
     return {int(r["step"]): r["eval/return_mean"] for r in read_metrics(run_dir) if "eval/return_mean" in r}
 
 
-def perturbed_passes(bundle: sim2sim.Bundle, seconds: float, runs: int, scale: float = 1e-3) -> int:
+def perturbed_passes(bundle: t1_bundle.Bundle, seconds: float, runs: int, scale: float = 1e-3) -> int:
     """Gate runs (of `runs`) passed with N(0, scale) added to every observation the policy sees:
     a margin probe. A pass that flips under noise this small may flip on another CPU's
     arithmetic too (the 80 s of physics amplify any difference)."""
@@ -73,15 +74,12 @@ def gate_row(checkpoint: Path, run_dir: Path, seconds: float, returns: dict[int,
              trials: int = 0, seed: int = 0, gait_frequency: float | None = None, average: int = 1,
              both_sides: bool = False) -> dict:
     step = ckpt.step_of(checkpoint)
-    bundle = export_bundle(checkpoint, gated_folder(run_dir, step, gait_frequency, average), force=True,
-                           gait_frequency=gait_frequency, average=average)
-    loaded = sim2sim.load_bundle(bundle)
-    segments = sim2sim.sequence(both_sides)
-    # the robust gate plays the nominal walk first: its report is the row's, not a second play
-    robust_report = robust.run(loaded, trials=trials, seed=seed, seconds=seconds, segments=segments) if trials else None
-    report = robust_report.nominal if robust_report else sim2sim.run(loaded, seconds=seconds, segments=segments)
+    verdict = gate_checkpoint(checkpoint, gated_folder(run_dir, step, gait_frequency, average), seconds=seconds,
+                              trials=trials or None, seed=seed, segments=sim2sim.sequence(both_sides),
+                              gait_frequency=gait_frequency, average=average, force=True)
+    loaded, report, robust_report = verdict.bundle, verdict.nominal, verdict.robust
     row = {"step": step, "eval_return": returns.get(step), "passed": report.passed,
-           "seconds_walked": round(report.seconds_walked, 2), "bundle": str(bundle)}
+           "seconds_walked": round(report.seconds_walked, 2), "bundle": str(loaded.folder)}
     if robust_report:
         row["robust_pass_rate"] = round(robust_report.robust_pass_rate, 3)
         row["robust_passed"] = robust_report.passed
@@ -122,7 +120,7 @@ def parser() -> ArgumentParser:
     parser.add_argument("--gait-frequency", type=number(0, 100), default=None, metavar="HZ",
                         help="deploy this gait frequency instead of the run's (inside its trained range)")
     parser.add_argument("--average", type=whole(1), default=1, metavar="K",
-                        help="gate the mean actor of each checkpoint and the K-1 before it (sim2real/policy_average.py)")
+                        help="gate the mean actor of each checkpoint and the K-1 before it (fast_td3/training/policy_average.py)")
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates), as the ship does")
     return parser

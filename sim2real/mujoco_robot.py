@@ -14,7 +14,9 @@ from collections import deque
 import mujoco
 import numpy as np
 
-from sim2real import perturbations, t1
+from envs.playground.t1_lowdim import build_mj_model, initial_qpos, sensor_indices
+from sim2real import t1
+from sim2real.t1 import perturbations
 
 
 class T1Robot:
@@ -23,14 +25,12 @@ class T1Robot:
     Args:
         control: the gains, default pose, action scale and rates the robot runs.
         terrain: "flat" or "rough" (the training scene).
-        draw: one trial's perturbations (`sim2real.perturbations.draw_trial`); None: nominal.
+        draw: one trial's perturbations (`sim2real.t1.perturbations.draw_trial`); None: nominal.
         model: a model already built for `control` to run on (nominal only), instead of building one.
     """
 
     def __init__(self, control: t1.T1Control, terrain: str = "flat",
                  draw: perturbations.TrialDraw | None = None, model: mujoco.MjModel | None = None) -> None:
-        from envs.playground.t1_lowdim import build_mj_model, initial_qpos, sensor_indices
-
         if model is not None and draw is not None:
             raise ValueError("a perturbed trial changes its model: build it (model=None)")
         self.control = control

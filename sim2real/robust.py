@@ -1,7 +1,7 @@
 """The robust sim-to-sim gate: the nominal gate, then `trials` plays of the joystick sequence under
 perturbations a robot meets (pushes, floor friction, masses and payload, gain errors, action
 delay, encoder offsets, sensor noise, optionally another physics), drawn per trial from a seeded
-generator (`sim2real/perturbations.py`).
+generator (`sim2real/t1/perturbations.py`).
 
 A trial passes under the nominal gate's own thresholds (no fall, tracking within its limits).
 The robust gate passes when the deploy settings match, the nominal trial passes and at least
@@ -14,18 +14,18 @@ holds every draw, so `fast-td3-play <bundle> --trial K` replays any trial exactl
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+import math
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from sim2real import perturbations, sim2sim
-from sim2real.perturbations import PerturbationRanges, TrialDraw
+from envs.playground.t1_lowdim import scene_model
+from sim2real import sim2sim, t1_bundle
+from sim2real.t1 import perturbations
+from sim2real.t1.perturbations import PERTURBATION_OPTIONS, RANGE_OPTIONS, PerturbationRanges, TrialDraw  # noqa: F401
 
 MIN_PASS_RATE = 0.9
 """Share of the perturbed trials that must pass: a robot meets these every day."""
 DEFAULT_TRIALS = 20
-RANGE_OPTIONS = tuple(f.name for f in fields(PerturbationRanges) if f.name not in ("physics", "obs_noise"))
-PERTURBATION_OPTIONS = (*RANGE_OPTIONS, "obs_noise", "physics")
-"""The options that change the perturbations (`gate.perturbations.<option>` in a training run)."""
 OPTIONS = ("robust", "trials", "seed", "min_pass_rate", *PERTURBATION_OPTIONS)
 """`fast-td3-sim2sim` options of the robust mode."""
 
@@ -112,22 +112,20 @@ def sequence_seconds(seconds: float, segments=sim2sim.SEGMENTS) -> float:
     return seconds * len(segments)
 
 
-def num_links(bundle: sim2sim.Bundle) -> int:
-    from envs.playground.t1_lowdim import scene_model
-
+def num_links(bundle: t1_bundle.Bundle) -> int:
     return scene_model(terrain_of(bundle)).nbody - 1
 
 
-def terrain_of(bundle: sim2sim.Bundle) -> str:
+def terrain_of(bundle: t1_bundle.Bundle) -> str:
     return "rough" if "Rough" in bundle.deploy.get("source_task", "") else "flat"
 
 
-def draw(bundle: sim2sim.Bundle, ranges: PerturbationRanges, seed: int, trial: int, seconds: float) -> TrialDraw:
+def draw(bundle: t1_bundle.Bundle, ranges: PerturbationRanges, seed: int, trial: int, seconds: float) -> TrialDraw:
     """Trial `trial`'s perturbations for this bundle's robot and a sequence of `seconds` per segment."""
     return perturbations.draw_trial(ranges, seed, trial, num_links(bundle), sequence_seconds(seconds))
 
 
-def run(bundle: sim2sim.Bundle, trials: int = DEFAULT_TRIALS, seed: int = 0,
+def run(bundle: t1_bundle.Bundle, trials: int = DEFAULT_TRIALS, seed: int = 0,
         ranges: PerturbationRanges | None = None, seconds: float = 20.0,
         thresholds: sim2sim.Thresholds | None = None, min_pass_rate: float = MIN_PASS_RATE, policy=None,
         on_trial: Callable[[TrialResult], None] | None = None,
@@ -171,11 +169,66 @@ def nominal_shortfalls(nominal: sim2sim.Sim2SimReport, margin: float = SHIPPING_
     return short
 
 
-def shipping_shortfalls(nominal: sim2sim.Sim2SimReport, report: RobustReport, margin: float = SHIPPING_MARGIN,
-                        min_coverage: float = SHIPPING_MIN_COVERAGE) -> list[str]:
-    """The bar a robust bundle ships on (`fast-td3-ship`, sim2real/ship.py): the robust gate passed and the
+SHIPPING_MIN_LOWER = 0.8
+"""...and the 95 % interval of its robust pass rate, over every trial played, starts at or above this:
+20 trials at one seed cannot tell 0.85 from 0.95 (19 of 20 gives [0.76, 0.99])."""
+
+
+def wilson_interval(passed: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a pass rate (95 % at z = 1.96): honest at rates near 1, where the
+    normal approximation's interval runs past it."""
+    if trials <= 0:
+        return float("nan"), float("nan")
+    rate, z2 = passed / trials, z * z
+    centre = (rate + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class PooledRate:
+    """The robust pass rate over the trials of several robust reports (trial seeds)."""
+
+    passed: int
+    trials: int
+    seeds: tuple[int, ...]
+
+    @classmethod
+    def of(cls, reports: list[RobustReport]) -> "PooledRate":
+        return cls(sum(t.passed for r in reports for t in r.trials), sum(len(r.trials) for r in reports),
+                   tuple(r.seed for r in reports))
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.trials if self.trials else float("nan")
+
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.passed, self.trials)
+
+    def to_dict(self) -> dict[str, Any]:
+        low, high = self.interval()
+        return {"passed": self.passed, "trials": self.trials, "seeds": list(self.seeds), "rate": self.rate,
+                "interval_95": [low, high]}
+
+    def line(self) -> str:
+        low, high = self.interval()
+        return (f"{self.passed}/{self.trials} perturbed trials passed ({self.rate:.0%}; 95 % interval "
+                f"[{low:.2f}, {high:.2f}]) over trial seeds {', '.join(map(str, self.seeds))}")
+
+
+def shipping_shortfalls(nominal: sim2sim.Sim2SimReport, reports: RobustReport | list[RobustReport],
+                        margin: float = SHIPPING_MARGIN, min_coverage: float = SHIPPING_MIN_COVERAGE,
+                        min_lower: float = SHIPPING_MIN_LOWER) -> list[str]:
+    """The bar a robust bundle ships on (`fast-td3-ship`, sim2real/ship.py): every robust gate passed,
+    the 95 % interval of the pass rate over all their trials starting at `min_lower` or above, and the
     nominal gate within the margin; what falls short, in words (empty: it clears the bar)."""
-    short = [] if report.passed else [f"robust pass rate {report.robust_pass_rate:.0%} < {report.min_pass_rate:.0%}"]
+    reports = [reports] if isinstance(reports, RobustReport) else list(reports)
+    short = [f"seed {r.seed}: robust pass rate {r.robust_pass_rate:.0%} < {r.min_pass_rate:.0%}"
+             for r in reports if not r.passed]
+    pooled = PooledRate.of(reports)
+    if pooled.trials and not pooled.interval()[0] >= min_lower:
+        short.append(f"the robust pass rate's 95 % interval starts at {pooled.interval()[0]:.3f} < {min_lower} "
+                     f"({pooled.passed}/{pooled.trials} trials)")
     return short + nominal_shortfalls(nominal, margin, min_coverage)
 
 
@@ -198,41 +251,9 @@ def print_report(report: RobustReport) -> None:
           f"{'PASS' if report.passed else 'FAIL'}")
 
 
-def _range(key: str, text: str, integer: bool = False) -> tuple[float, float] | None:
-    if text.lower() in ("off", "none", "false"):
-        return None
-    parts = text.split(",")
-    try:
-        values = tuple(int(p) if integer else float(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 2:
-        example = "0,1" if integer else "0.3,1.0"
-        raise sim2sim.BundleError(f"{key}={text}: give a range LOW,HIGH (e.g. {key}={example}) or {key}=off")
-    return values
-
-
 def ranges_from_options(options: dict[str, str]) -> PerturbationRanges:
-    """PerturbationRanges from `key=value` options: `<kind>=LOW,HIGH` or `<kind>=off`, `obs_noise=LEVEL|off`,
-    `physics=<variant>`; kinds not named keep their defaults."""
-    changes: dict[str, Any] = {}
-    for key in RANGE_OPTIONS:
-        if key in options:
-            value = _range(key, options[key], integer=key == "action_delay")
-            if value is None and key == "push_interval":
-                raise sim2sim.BundleError("push_interval cannot be off; switch pushes off with push=off")
-            changes[key] = value
-    if "obs_noise" in options:
-        text = options["obs_noise"]
-        try:
-            changes["obs_noise"] = None if text.lower() in ("off", "none", "false") else float(text)
-        except ValueError:
-            raise sim2sim.BundleError(f"obs_noise={text}: give a level (1 = the training env's noise) or off") from None
-    if "physics" in options:
-        changes["physics"] = options["physics"]
-    ranges = replace(PerturbationRanges(), **changes)
+    """`perturbations.ranges_from_options`, its refusals as the gate's `BundleError`."""
     try:
-        ranges.check()
+        return perturbations.ranges_from_options(options)
     except ValueError as error:
-        raise sim2sim.BundleError(str(error)) from None
-    return ranges
+        raise t1_bundle.BundleError(str(error)) from None

@@ -9,10 +9,12 @@ Writes to `--out` (default `sim2real/pretrained/t1_flat`): the export bundle (`p
 the run's learning curve (`curve.png`: eval return and episode length against wall time) and
 its whole `metrics.jsonl` (gzipped), the run's `config.yaml` (as `train_config.yaml`) and `training.json`: the exact command, seed,
 global and env steps, wall time to the checkpoint, the CPU model, torch threads and the
-precision the run resolved. With `--robust N`, also the robust gate's report over N trials
-(`sim2sim_robust.json`), and the bar a robust bundle must clear: the robust gate passed, every
-mean tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward
-coverage at least 75%. `--both-sides` plays the step and the turn to the right too, in both
+precision the run resolved. With `--robust N`, also the robust gate's report over N trials at
+each of the `--robust-seed` trial seeds (`sim2sim_robust.json` for the first, then
+`sim2sim_robust_seed<S>.json`), and the bar a robust bundle must clear: every robust gate passed,
+the 95 % interval of the pass rate over all the trials starting at 0.8 or above, every mean
+tracking error of the nominal gate at most `--margin` (0.8) of its threshold, forward coverage at
+least 75%. `--both-sides` plays the step and the turn to the right too, in both
 gates (`sim2sim.both_sides()`). With `--seeds RUN...`, `seeds.json`: one row per run of the recipe
 (fast_td3/analysis/recipe_table.py), and under `seeds/<task>/<run>/` the files each row is computed from
 (`config.yaml`, the overrides, `metrics.jsonl.gz`): the rows can be recomputed from the bundle
@@ -30,6 +32,8 @@ import argparse
 import datetime
 import gzip
 import json
+import math
+import re
 import shutil
 import sys
 import tempfile
@@ -38,14 +42,15 @@ from pathlib import Path
 import yaml
 
 
-from fast_td3.command_line import SEED_MAX, TRIALS_MAX, ArgumentParser, number, path_in, folder_out, whole
-from fast_td3.files import json_safe
+from fast_td3.command_line import SEED_MAX, SEGMENT_SECONDS_MAX, TRIALS_MAX, ArgumentParser, number, path_in, folder_out, whole
+from fast_td3.files import RUN_BUNDLE_DIR, json_safe
+from fast_td3.training.gate_verdicts import GATE_DIR
 from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics
 from fast_td3.learner.precision import cpu_model
 from fast_td3.analysis import recipe_table
 from fast_td3.analysis.gate_summary import PASSED as GATE_PASSED
 from fast_td3.analysis.report_runs import find_runs, overrides_file
-from sim2real import robust, sim2sim
+from sim2real import robust, sim2sim, t1_bundle
 from sim2real.export import BUNDLE_FILES, META_JSON, POLICY_PT, T1_TASK_PREFIX, export_bundle
 
 PROG = "fast-td3-ship"
@@ -100,7 +105,16 @@ def gzip_copy(source: Path, target: Path) -> None:
 
 SHIPPED_FILES = frozenset({*BUNDLE_FILES, "sim2sim.json", "sim2sim_robust.json", "seeds.json", "seeds", "training.json",
                            "train_config.yaml", KEPT_METRICS_FILE, "curve.png"})
-"""Everything this command writes into `--out`: the only folder it replaces (with --force) holds nothing else."""
+"""Everything this command writes into `--out`, with the robust reports of the later trial seeds
+(`sim2sim_robust_seed<S>.json`): the only folder it replaces (with --force) holds nothing else."""
+
+
+def robust_report_name(seed: int, first: bool) -> str:
+    return "sim2sim_robust.json" if first else f"sim2sim_robust_seed{seed}.json"
+
+
+def is_shipped_file(name: str) -> bool:
+    return name in SHIPPED_FILES or re.fullmatch(r"sim2sim_robust_seed\d+\.json", name) is not None
 
 
 class ShipRefused(ValueError):
@@ -112,7 +126,7 @@ def is_shipped_bundle(folder: Path) -> bool:
     if folder.is_symlink() or not folder.is_dir():
         return False
     names = {p.name for p in folder.iterdir()}
-    return names <= SHIPPED_FILES and {POLICY_PT, META_JSON, "training.json"} <= names
+    return all(map(is_shipped_file, names)) and {POLICY_PT, META_JSON, "training.json"} <= names
 
 
 def check_out(out: Path, sources: list[Path], force: bool) -> None:
@@ -121,6 +135,8 @@ def check_out(out: Path, sources: list[Path], force: bool) -> None:
     target = out.resolve()
     for source in sources:
         source = source.resolve()
+        if target == source / RUN_BUNDLE_DIR and source == sources[0].resolve():
+            continue  # the shipped run's own bundle folder
         if target == source or target in source.parents or source in target.parents:
             raise ShipRefused(f"--out {out} is, holds or lies inside the run folder {source}: name a new folder")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -134,10 +150,14 @@ def check_out(out: Path, sources: list[Path], force: bool) -> None:
 
 
 def check_args(args: argparse.Namespace) -> Path:
-    """The checkpoint to ship, after every input was checked (nothing written yet)."""
+    """The checkpoint to ship, after every input was checked (nothing written yet): the run's
+    `checkpoints/step_<N>.pt`, else the state its gate while training judged, `gate/step_<N>.pt`."""
     checkpoint = args.run / "checkpoints" / f"step_{args.step:09d}.pt"
+    gated = args.run / GATE_DIR / checkpoint.name
+    if not checkpoint.is_file() and gated.is_file():
+        checkpoint = gated
     if not checkpoint.is_file():
-        raise ShipRefused(f"no checkpoint {checkpoint}")
+        raise ShipRefused(f"no checkpoint {checkpoint} (nor a gated {gated})")
     for run in [args.run, *args.seeds]:
         if not (run / "config.yaml").is_file() or not (run / METRICS_FILE).is_file():
             raise ShipRefused(f"{run} is not a run folder (no config.yaml and {METRICS_FILE})")
@@ -148,6 +168,22 @@ def check_args(args: argparse.Namespace) -> Path:
     if not args.out.absolute().parent.is_dir():
         raise ShipRefused(f"--out {args.out}: its folder {args.out.absolute().parent} does not exist")
     return checkpoint
+
+
+def thresholds_from(options: list[str]) -> sim2sim.Thresholds:
+    """`--threshold NAME=VALUE ...` as the gates' thresholds (the others at their defaults)."""
+    values = {}
+    for option in options:
+        name, _, text = option.partition("=")
+        if name not in sim2sim.THRESHOLD_OPTIONS:
+            raise ShipRefused(f"--threshold {option}: no threshold {name!r}; known: {', '.join(sim2sim.THRESHOLD_OPTIONS)}")
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise ShipRefused(f"--threshold {option}: give {name}=<number>") from None
+        if not math.isfinite(values[name]):
+            raise ShipRefused(f"--threshold {option}: give a finite number")
+    return sim2sim.Thresholds(**values)
 
 
 def replace_folder(staging: Path, out: Path) -> None:
@@ -175,18 +211,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace a bundle this command shipped to --out before")
     parser.add_argument("--allow-fail", action="store_true", help="ship even when the gate fails (recorded)")
     parser.add_argument("--robust", type=whole(0, TRIALS_MAX), default=0, help="robust gate trials (0: none)")
-    parser.add_argument("--robust-seed", type=whole(0, SEED_MAX), default=0)
+    parser.add_argument("--robust-seed", type=whole(0, SEED_MAX), nargs="+", default=[0], metavar="SEED",
+                        help="the robust gate's trial seeds, --robust trials each (default 0); the bar pools them")
     parser.add_argument("--margin", type=number(0, 1), default=robust.SHIPPING_MARGIN, help="nominal errors at most this share of their limits")
+    parser.add_argument("--seconds", type=number(0, SEGMENT_SECONDS_MAX), default=20.0,
+                        help="seconds per joystick segment, both gates (default 20)")
     parser.add_argument("--both-sides", action="store_true",
                         help="play the sideways step and the turn to the right too (both gates)")
+    parser.add_argument("--segments", nargs="+", choices=sim2sim.SEGMENT_NAMES, default=[], metavar="NAME",
+                        help=f"play only these joystick segments ({', '.join(sim2sim.SEGMENT_NAMES)}; default all)")
+    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"change a threshold of both gates, one per flag ({', '.join(sim2sim.THRESHOLD_OPTIONS)})")
+    parser.add_argument("--perturbation", action="append", default=[], metavar="KIND=VALUE",
+                        help="change the robust gate's perturbations as fast-td3-sim2sim does, one per flag "
+                             "(push=off, floor_friction=0.2,1.0, ...)")
     parser.add_argument("--seeds", nargs="*", type=path_in, default=[], help="the recipe's runs, for seeds.json")
     parser.add_argument("--note", default="", help="how the seeds ran (alone or two at a time, threads), in each row")
     parser.add_argument("--average", type=whole(1), default=1, metavar="K",
-                        help="ship the mean actor of the checkpoint and the K-1 before it (sim2real/policy_average.py)")
+                        help="ship the mean actor of the checkpoint and the K-1 before it (fast_td3/training/policy_average.py)")
     args = parser.parse_args(argv)
     try:
         checkpoint = check_args(args)
-    except ShipRefused as error:
+        sim2sim.check_seconds(args.seconds)
+        args.thresholds = thresholds_from(args.threshold)
+        args.ranges = robust.ranges_from_options(dict(option.partition("=")[::2] for option in args.perturbation))
+    except (ShipRefused, t1_bundle.BundleError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     # staging is this command's own: a fresh name beside --out, gone on every way out
@@ -203,21 +252,27 @@ def main(argv: list[str] | None = None) -> int:
 def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
     """Export, gate and document the checkpoint in `staging`, then put it in place of --out."""
     export_bundle(checkpoint, staging, average=args.average)
-    segments = sim2sim.sequence(args.both_sides)
-    report = sim2sim.run(sim2sim.load_bundle(staging), segments=segments)
+    segments = sim2sim.sequence(args.both_sides, args.segments)
+    report = sim2sim.run(t1_bundle.load_bundle(staging), seconds=args.seconds, segments=segments,
+                         thresholds=args.thresholds)
     sim2sim.print_report(report)
     if not report.passed and not args.allow_fail:
         print("the gate failed: nothing shipped (--allow-fail ships it, marked as failing)")
         return 1
     (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
-    shortfalls = []
+    shortfalls, robust_reports = [], []
     if args.robust:
-        robust_report = robust.run(sim2sim.load_bundle(staging), trials=args.robust, seed=args.robust_seed,
-                                   segments=segments)
-        robust.print_report(robust_report)
-        (staging / "sim2sim_robust.json").write_text(
-            json.dumps(json_safe(robust_report.to_dict()), indent=2, allow_nan=False))
-        shortfalls = robust.shipping_shortfalls(report, robust_report, args.margin)
+        for seed in args.robust_seed:
+            robust_report = robust.run(t1_bundle.load_bundle(staging), trials=args.robust, seed=seed,
+                                       ranges=args.ranges, seconds=args.seconds, segments=segments,
+                                       thresholds=args.thresholds)
+            robust.print_report(robust_report)
+            (staging / robust_report_name(seed, first=not robust_reports)).write_text(
+                json.dumps(json_safe(robust_report.to_dict()), indent=2, allow_nan=False))
+            robust_reports.append(robust_report)
+        pooled = robust.PooledRate.of(robust_reports)
+        print(f"robust pass rate: {pooled.line()}")
+        shortfalls = robust.shipping_shortfalls(report, robust_reports, args.margin)
         for line in shortfalls:
             print(f"below the bar: {line}")
         if shortfalls and not args.allow_fail:
@@ -244,8 +299,12 @@ def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
         "resolved": config.get("resolved", {}),
         "gate_passed": report.passed,
         "gate_segments": [name for name, _ in segments],
-        "robust": ({"trials": args.robust, "seed": args.robust_seed, "pass_rate": robust_report.robust_pass_rate,
-                    "passed": robust_report.passed, "below_the_bar": shortfalls} if args.robust else None),
+        "segment_seconds": args.seconds,
+        "robust": ({"trials": args.robust, "seed": args.robust_seed[0], "seeds": args.robust_seed,
+                    "pass_rate": pooled.rate, "interval_95": list(pooled.interval()),
+                    "passed": all(r.passed for r in robust_reports), "below_the_bar": shortfalls,
+                    "perturbations": args.perturbation}
+                   if args.robust else None),
         "seconds_walked": round(report.seconds_walked, 2),
         "shipped": datetime.date.today().isoformat(),
         "run_folder": args.run.name,

@@ -19,7 +19,8 @@ import mujoco
 import numpy as np
 
 from fast_td3.training.evaluation import write_video
-from sim2real import perturbations, robust, sim2sim
+from sim2real import robust, sim2sim, t1_bundle
+from sim2real.t1 import perturbations
 
 PUSH_ARROW_SECONDS = 0.6
 """How long a push's arrow stays in the picture."""
@@ -30,11 +31,11 @@ VIDEO_FPS = 20
 
 
 def is_bundle(path: str | Path) -> bool:
-    path = sim2sim.bundle_path(path)
+    path = t1_bundle.bundle_path(path)
     return path.is_dir() and all((path / name).is_file() for name in ("policy.pt", "meta.json", "T1.yaml"))
 
 
-def trial_draw(bundle: sim2sim.Bundle, trial: int, seed: int, seconds: float,
+def trial_draw(bundle: t1_bundle.Bundle, trial: int, seed: int, seconds: float,
                gate_report: str | Path | None = None) -> tuple[perturbations.TrialDraw, float]:
     """(trial `trial`'s draw, its seconds per segment): recorded in a robust report, or drawn
     again from the default ranges and `seed` (the same draw the gate made with those)."""
@@ -99,7 +100,7 @@ def play_bundle(path: str | Path, seconds: float | None = None, video: str | Pat
                 gate_report: str | Path | None = None, shadows: bool = False) -> dict:
     """The sim-to-sim joystick sequence of a T1 bundle (robust trial `trial` when given), watched
     in MuJoCo's viewer or recorded."""
-    bundle = sim2sim.load_bundle(path)
+    bundle = t1_bundle.load_bundle(path)
     seconds = float(seconds or 10.0)
     sim2sim.check_seconds(seconds, default=10.0)
     draw, segments = None, sim2sim.SEGMENTS

@@ -128,7 +128,7 @@ def test_report_writes_the_page_named_in_the_other_spelling(tmp_path, capsys):
 
 
 def test_export_and_the_gate_read_the_flags_spelling(capsys):
-    from sim2real.export import _parse
+    from sim2real.export_cli import _parse
 
     assert _parse(["run", "--out", "bundle", "--force"]) == {"checkpoint": "run", "out": "bundle", "force": "true"}
     from sim2real import gate_cli

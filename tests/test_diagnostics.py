@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fast_td3.analysis.diagnostics import action_histograms, critic_calibration, discounted_returns
+from fast_td3.measures.diagnostics import action_histograms, critic_calibration, discounted_returns
 
 
 def test_discounted_returns_restart_at_episode_ends():

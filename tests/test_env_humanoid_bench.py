@@ -24,7 +24,7 @@ from env_conformance import assert_step_identically
 from helpers import assert_processes_exit, kill_a_trainer_with_workers
 from envs.humanoid_bench import GaitSignals, HumanoidBenchVecEnv, OwnGlobalRandomState, time_limit
 from envs.protocol import ACTOR, FINAL_OBSERVATIONS, TIME_OUTS, derive_env_seeds
-from fast_td3.analysis import gait_metrics as gm
+from fast_td3.measures import gait_metrics as gm
 from envs.registry import MissingSuiteError, UnknownTaskError, check_task, make_env
 from fast_td3.training.cli_checks import check_command_line
 from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers

@@ -25,7 +25,8 @@ from env_conformance import EnvContractTests  # noqa: E402
 from envs.playground import menagerie  # noqa: E402
 from envs.playground.config import playground_overrides, tasks  # noqa: E402
 from envs.playground.menagerie import use_menagerie  # noqa: E402
-from envs.playground.mjx import PlaygroundVecEnv, env_keys, to_jax  # noqa: E402
+from envs.playground.mjx import PlaygroundVecEnv, to_jax  # noqa: E402
+from envs.playground.mjx_batched import env_keys  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, EPISODE, OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
 

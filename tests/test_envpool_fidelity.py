@@ -28,7 +28,7 @@ from mujoco import mjx  # noqa: E402
 from mujoco_playground._src import mjx_env  # noqa: E402
 
 from envs.playground import config as playground_config  # noqa: E402
-from envs.playground import mjx as playground_mjx  # noqa: E402
+from envs.playground.mjx_batched import load_env  # noqa: E402
 from envs.playground.menagerie import use_menagerie  # noqa: E402
 
 from envs.playground import envpool as playground_envpool  # noqa: E402
@@ -160,7 +160,7 @@ def playground_env(reward_scales: tuple):
     playground_config.enable_compilation_cache()
     use_menagerie(TASK)
     overrides = playground_config.playground_overrides(TASK, "jax", dict(reward_scales), False, {"noise_config.level": 0.0})
-    env = playground_mjx._load(TASK, tuple(sorted(overrides.items())), jax.devices("cpu")[0])
+    env = load_env(TASK, tuple(sorted(overrides.items())), jax.devices("cpu")[0])
     return env, jax.jit(functools.partial(_rollout_from, env))
 
 

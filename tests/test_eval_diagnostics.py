@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from fast_td3.analysis import gait_metrics as gm
+from fast_td3.measures import gait_metrics as gm
 from envs.protocol import EnvSpec
 from fast_td3.learner.algorithms.fast_td3 import FastTD3
-from fast_td3.analysis.diagnostics import critic_calibration, diagnostics_path, load_eval_diagnostics
+from fast_td3.measures.diagnostics import critic_calibration, diagnostics_path, load_eval_diagnostics
 from fast_td3.training.metrics_log import read_metrics
 from helpers import make_runner, tiny_config, tiny_train_config
 

@@ -18,10 +18,12 @@ onnxruntime = pytest.importorskip("onnxruntime")
 import sim2real.t1  # noqa: E402
 import sim2real.export  # noqa: E402
 from fast_td3 import files  # noqa: E402
+from sim2real import export  # noqa: E402
 from fast_td3.training import checkpoint as ckpt  # noqa: E402
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
 from helpers import make_runner, tiny_train_config  # noqa: E402
-from sim2real.export import ONNX_META_KEY, cli, export_bundle, load_bundle_policy  # noqa: E402
+from sim2real.export import ONNX_META_KEY, export_bundle, load_bundle_policy  # noqa: E402
+from sim2real.export_cli import cli  # noqa: E402
 
 EXPORT = str(Path(sys.executable).parent / "fast-td3-export")
 TASK, NUM_OBS, NUM_ACTIONS, STEPS = "InvertedPendulum-v5", 4, 1, 6
@@ -185,7 +187,7 @@ def test_force_replaces_a_bundle_and_a_failed_export_leaves_the_old_one(run_dir,
         real_write(path, writer)
 
     real_write = files.atomic_write_bytes
-    monkeypatch.setattr(files, "atomic_write_bytes", dies_on_the_second_file)
+    monkeypatch.setattr(export, "atomic_write_bytes", dies_on_the_second_file)
     with pytest.raises(KeyboardInterrupt):
         export_bundle(run_dir, out, force=True)
     assert written  # the export was interrupted with one file written

@@ -147,7 +147,7 @@ TRAIN_BAD = {int: ["1.5", "many", "nan"], float: ["nan", "inf", "wrong"], bool: 
 
 
 def sim2real_export_out():
-    from sim2real.export import OUT
+    from sim2real.export_cli import OUT
 
     return OUT
 

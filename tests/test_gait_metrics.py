@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fast_td3.analysis import gait_metrics as gm
+from fast_td3.measures import gait_metrics as gm
 
 T, F = True, False
 

@@ -39,7 +39,8 @@ def test_the_last_checkpoints_are_exported_gated_and_written_as_rows(tmp_path, c
         assert row["seconds_walked"] < 4 * 3  # an untrained policy falls before the sequence ends
         assert len(row["failed_trials"]) == 1
         # it fell standing, before any moving segment: the bar names the failed gates
-        assert row["below_the_bar"] == ["the nominal gate failed", "robust pass rate 0% < 90%"]
+        assert row["below_the_bar"] == ["the nominal gate failed", "seed 0: robust pass rate 0% < 90%",
+                                        "the robust pass rate's 95 % interval starts at 0.000 < 0.8 (0/1 trials)"]
         assert row["stand/failures"] and row["stand/lin_vel_error"] is None  # fell: no error to report
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].split()[:3] == ["200", "-", "fail"] and printed[2].split()[:3] == ["300", "1.50", "fail"]

@@ -10,8 +10,9 @@ import pytest
 pytest.importorskip("mujoco")
 
 from fast_td3.analysis.gate_trials import trial_matrix  # noqa: E402
-from sim2real import perturbations, robust, sim2sim  # noqa: E402
-from sim2real.perturbations import PerturbationRanges  # noqa: E402
+from sim2real import robust, sim2sim  # noqa: E402
+from sim2real.t1 import perturbations  # noqa: E402
+from sim2real.t1.perturbations import PerturbationRanges  # noqa: E402
 
 FORWARD, SIDEWAYS = (0.5, 0.0, 0.0), (0.0, 0.3, 0.0)
 

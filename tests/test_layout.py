@@ -107,15 +107,137 @@ def test_training_uses_analysis_only_for_pure_measurements():
     graph = import_graph()
     used = {t for name, targets in graph.items() if name.startswith("fast_td3.training")
             for t in targets if t.startswith("fast_td3.analysis")}
-    assert used <= {"fast_td3.analysis.gait_metrics", "fast_td3.analysis.diagnostics"}, used
+    assert used <= {"fast_td3.measures.gait_metrics", "fast_td3.measures.diagnostics"}, used
     for module in used:
         assert not {t for t in graph[module] if t.startswith(("fast_td3.training", "envs", "sim2real"))}
 
 
+LAYERS = (
+    ("base", ("fast_td3.files", "fast_td3.command_line", "fast_td3")),
+    ("the T1 contract", ("sim2real.t1",)),
+    ("envs", ("envs",)),
+    ("learner", ("fast_td3.learner",)),
+    ("measures", ("fast_td3.measures",)),
+    ("training", ("fast_td3.training",)),
+    ("analysis", ("fast_td3.analysis",)),
+    ("tools", ("sim2real",)),
+)
+"""The packages bottom-up (docs/architecture.md): a module imports only from its own layer and the
+ones below. The T1 contract (`sim2real.t1`) is the base the training envs build on; the rest of
+`sim2real/` (export, the gates, watch, play, shipping) sits on top of everything."""
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the most specific prefix naming `module`."""
+    best, best_length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_length:
+                best, best_length = index, len(prefix)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                  for name, targets in graph.items() for target in targets
+                  if target not in parent_packages(name) and layer_of(target) > layer_of(name))
+
+
+def test_no_import_points_up_the_layers():
+    assert arrows_up(import_graph()) == []
+
+
+def test_the_layer_check_sees_an_arrow_up():
+    graph = {"sim2real.t1.joints": {"envs.protocol"}, "envs.protocol": {"sim2real.t1"},
+             "fast_td3.training.runner": {"fast_td3.learner.replay", "fast_td3.analysis.report"}}
+    assert arrows_up(graph) == [
+        "fast_td3.training.runner (training) imports fast_td3.analysis.report (analysis)",
+        "sim2real.t1.joints (the T1 contract) imports envs.protocol (envs)"]
+
+
 def test_the_deployment_contract_imports_nothing_from_the_envs():
     graph = import_graph()
-    assert not {t for t in graph["sim2real.t1"] if t.startswith(("envs", "fast_td3"))}
-    assert not {t for t in graph["sim2real.deploy"] if t.startswith(("envs", "fast_td3"))}
+    contract = [name for name in graph if layer_of(name) == layer_of("sim2real.t1")]
+    assert {"sim2real.t1", "sim2real.t1.control", "sim2real.t1.perturbations", "sim2real.t1.sdk"} <= set(contract)
+    for name in contract:
+        assert not {t for t in graph[name] if layer_of(t) > layer_of("sim2real.t1")}, name
+
+
+HEAVY_LIBRARIES = frozenset({"torch", "jax", "mujoco", "onnx", "onnxruntime", "mujoco_playground", "playground",
+                             "matplotlib", "isaaclab", "mjlab", "ray", "submitit", "wandb", "hydra"})
+"""Libraries whose import takes seconds: a command may import a project module that needs one inside
+the function that uses it, so its quick refusals and `--help` do not wait for it."""
+
+
+def top_level_imports(path: Path, modules: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(project modules, heavy libraries) the module imports when it loads (not inside a function)."""
+    tree = ast.parse(path.read_text())
+    nested = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for node in ast.walk(function)}
+    project, heavy = set(), set()
+    for node in ast.walk(tree):
+        if id(node) in nested or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                     for alias in node.names]
+        else:
+            continue
+        project.update(name for name in names if name in modules)
+        heavy.update(name.split(".")[0] for name in names if name.split(".")[0] in HEAVY_LIBRARIES)
+    return project, heavy
+
+
+def heavy_on_load() -> dict[str, set[str]]:
+    """The heavy libraries each project module loads, through the project modules it loads."""
+    modules = project_modules()
+    direct = {name: top_level_imports(path, modules) for name, path in modules.items()}
+    loaded: dict[str, set[str]] = {}
+
+    def visit(name: str, seen: frozenset[str]) -> set[str]:
+        if name not in loaded:
+            project, heavy = direct[name]
+            found = set(heavy)
+            for parent in parent_packages(name) | project:
+                if parent in direct and parent not in seen:
+                    found |= visit(parent, seen | {name})
+            loaded[name] = found
+        return loaded[name]
+
+    for name in modules:
+        visit(name, frozenset())
+    return loaded
+
+
+def hidden_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` imports inside a function."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                                 for a in node.names)
+                elif isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+    return {name for name in found if name in modules}
+
+
+def test_no_cross_package_import_hides_in_a_function_but_to_defer_a_heavy_library():
+    """An import inside a function hides a dependency (and once hid circles). Across packages it is
+    allowed only where it defers a heavy library the importing module does not load anyway."""
+    modules = project_modules()
+    heavy = heavy_on_load()
+    hidden = sorted(
+        f"{name} imports {target} in a function"
+        for name, path in modules.items() for target in hidden_imports(path, modules)
+        if package_of(target, modules) != package_of(name, modules) and not heavy[target] - heavy[name]
+    )
+    assert not hidden, hidden
 
 
 def test_no_module_shadows_the_standard_library():
@@ -125,7 +247,7 @@ def test_no_module_shadows_the_standard_library():
     assert not shadowing, shadowing
 
 
-MAX_MODULE_LINES = 450
+MAX_MODULE_LINES = 400
 """No module of the packages longer than this: a longer one is several concerns (split it by concern)."""
 
 

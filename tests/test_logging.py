@@ -70,7 +70,7 @@ def test_wandb_offline_run_records_metrics_and_keeps_its_id_on_resume(tmp_path, 
 
 
 def test_console_line_shows_step_return_throughput(capsys):
-    from fast_td3.training.metrics_log import ConsoleProgress
+    from fast_td3.training.console_progress import ConsoleProgress
 
     console = ConsoleProgress(total_steps=100, start_step=0, task="Hopper-v5")
     assert not console.interactive  # pytest captures stdout: the plain-line mode
@@ -123,7 +123,7 @@ def test_eta_is_the_recent_rate_plus_the_pauses_to_come():
     within 10% plus one evaluation of the truth, before and after each evaluation. (An average
     since the start would carry the compile; the last interval alone would swing with every
     evaluation in it.)"""
-    from fast_td3.training.metrics_log import EtaEstimate
+    from fast_td3.training.console_progress import EtaEstimate
 
     clock = FakeClock()
     eta = EtaEstimate(total_steps=5000, window_s=60.0, min_s=5.0, clock=clock)
@@ -156,7 +156,7 @@ def test_eta_is_the_recent_rate_plus_the_pauses_to_come():
 
 
 def test_eta_follows_a_change_of_rate_within_its_window():
-    from fast_td3.training.metrics_log import EtaEstimate
+    from fast_td3.training.console_progress import EtaEstimate
 
     clock = FakeClock()
     eta = EtaEstimate(total_steps=100_000, window_s=60.0, clock=clock)
@@ -201,7 +201,7 @@ def test_metrics_of_an_earlier_step_are_filed_at_that_step(tmp_path, monkeypatch
 
 
 def test_a_late_metric_joins_the_console_line(capsys):
-    from fast_td3.training.metrics_log import ConsoleProgress
+    from fast_td3.training.console_progress import ConsoleProgress
 
     console = ConsoleProgress(total_steps=10, start_step=0, task="T")
     console.remember({"gate/robust_pass_rate": 0.8})

@@ -1,4 +1,4 @@
-"""Averaged actors (`sim2real.policy_average`, `fast-td3-export average=K`): each checkpoint's
+"""Averaged actors (`fast_td3.training.policy_average`, `fast-td3-export average=K`): each checkpoint's
 actor is read through the newest normaliser before the mean, which changes nothing a policy
 computes; the mean is the plain mean of the weights; and the predecessors are found by step."""
 
@@ -12,9 +12,9 @@ pytest.importorskip("onnxruntime")
 
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy  # noqa: E402
 from helpers import make_runner, tiny_train_config  # noqa: E402
-from sim2real import export  # noqa: E402
+from sim2real import export_cli  # noqa: E402
 from sim2real.export import export_bundle, load_bundle_policy  # noqa: E402
-from sim2real.policy_average import average_actor, checkpoints_to_average  # noqa: E402
+from fast_td3.training.policy_average import average_actor, checkpoints_to_average  # noqa: E402
 
 NUM_OBS = 4  # InvertedPendulum-v5
 EPS = 1e-2  # the tiny config's normaliser eps (AlgoConfig.normalizer_eps)
@@ -116,7 +116,7 @@ def test_predecessors_are_found_by_step_and_too_few_are_refused(run_dir, tmp_pat
 
 
 def test_cli_exports_the_mean_actor_and_refuses_a_bad_count(run_dir, tmp_path, capsys):
-    export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'avg'}", "average=3"])
+    export_cli.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'avg'}", "average=3"])
     printed = capsys.readouterr().out
     assert "the mean actor of steps [2, 4, 6]" in printed
     meta = json.loads((tmp_path / "avg" / "meta.json").read_text())
@@ -126,11 +126,11 @@ def test_cli_exports_the_mean_actor_and_refuses_a_bad_count(run_dir, tmp_path, c
     assert not torch.allclose(policy(obs), policy_of(step_file(run_dir, 6)).act(obs), atol=1e-3)  # not step 6 alone
     for bad in ("0", "two"):
         with pytest.raises(SystemExit) as stopped:
-            export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / bad}", f"average={bad}"])
+            export_cli.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / bad}", f"average={bad}"])
         assert stopped.value.code == 2
         assert f"average={bad}: give a whole number, 1 or more" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        export.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'four'}", "average=4"])
+        export_cli.cli([f"checkpoint={step_file(run_dir, 6)}", f"out={tmp_path / 'four'}", "average=4"])
     assert "holds 2" in capsys.readouterr().err
 
 

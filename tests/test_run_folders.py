@@ -334,11 +334,11 @@ def test_under_torchrun_only_rank_0_claims_and_locks_the_named_folder(tmp_path, 
     from fast_td3.training import preflight
 
     folder = tmp_path / "run"
-    monkeypatch.setattr(preflight, "LAUNCH", preflight.Launch())
+    launch = preflight.Launch()
     monkeypatch.setenv("RANK", "1")
-    assert preflight.claim([f"hydra.run.dir={folder}"], None) is True
-    assert not folder.exists() and preflight.LAUNCH.lock is None
+    assert preflight.claim([f"hydra.run.dir={folder}"], None, launch) is True
+    assert not folder.exists() and launch.lock is None
     monkeypatch.setenv("RANK", "0")
-    assert preflight.claim([f"hydra.run.dir={folder}"], None) is True
-    assert (folder / LOCK_FILE).is_file() and preflight.LAUNCH.lock is not None
-    preflight.LAUNCH.lock.release()
+    assert preflight.claim([f"hydra.run.dir={folder}"], None, launch) is True
+    assert (folder / LOCK_FILE).is_file() and launch.lock is not None
+    launch.lock.release()

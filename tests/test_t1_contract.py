@@ -1,4 +1,4 @@
-"""The Booster T1 deployment contract (`sim2real/t1.py`) against Booster's deploy code, numpy only.
+"""The Booster T1 deployment contract (`sim2real/t1/`) against Booster's deploy code, numpy only.
 
 Known answers for the observation layout, the gait-phase and command conventions (against a
 transcription of the deploy loop's order), and the deploy configuration's layout.
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from sim2real import t1
+from sim2real.t1 import deploy_spec
 
 def _observation(**overrides):
     inputs = dict(
@@ -128,10 +129,10 @@ def test_deploy_yaml_has_booster_layout_and_the_same_scales(monkeypatch):
                                                  "dof_vel": 0.1, "clip_actions": 1.0}
     layout = list(t1.OBSERVATION_LAYOUT)
     layout[5] = ("leg_joint_vel", 12, 0.05)  # a training-side change: the deploy config follows it
-    monkeypatch.setattr(t1, "OBSERVATION_LAYOUT", tuple(layout))
+    monkeypatch.setattr(deploy_spec, "OBSERVATION_LAYOUT", tuple(layout))
     assert t1.DeploySpec().deploy_yaml()["policy"]["normalization"]["dof_vel"] == 0.05
     layout[2] = ("command", 3, 2.0)  # one command scale cannot differ from the gyro's (ang_vel)
-    monkeypatch.setattr(t1, "OBSERVATION_LAYOUT", tuple(layout))
+    monkeypatch.setattr(deploy_spec, "OBSERVATION_LAYOUT", tuple(layout))
     with pytest.raises(AssertionError, match="command"):
         t1.deploy_normalization()
 

@@ -31,12 +31,13 @@ NOISELESS = {"noise_config": {"level": 0.0}}
 
 # ------------------------------------------------------------------ native MuJoCo
 from envs.playground import t1_lowdim, t1_mjx  # noqa: E402
-from sim2real import deploy, gate_cli, perturbations, sim2sim  # noqa: E402
+from sim2real import gate_cli, sim2sim, t1_bundle  # noqa: E402
+from sim2real.t1 import perturbations, sdk  # noqa: E402
 
 
-def _bundle(tmp_path: Path | None = None, **control) -> sim2sim.Bundle:
+def _bundle(tmp_path: Path | None = None, **control) -> t1_bundle.Bundle:
     spec = t1.DeploySpec(t1.T1Control(**control))
-    return sim2sim.Bundle(tmp_path or Path("."), None, {"deploy": spec.meta() | {"source_task": TASK}},
+    return t1_bundle.Bundle(tmp_path or Path("."), None, {"deploy": spec.meta() | {"source_task": TASK}},
                           spec.deploy_yaml())
 
 
@@ -95,13 +96,13 @@ def test_what_runs_no_mjx_imports_neither_playground_nor_jax(tmp_path):
     code = """if True:
         import sys
         from envs.registry import make_env
-        from sim2real import sim2sim
+        from sim2real import sim2sim, t1_bundle
         from envs.playground.t1_lowdim import deploy_spec
         env = make_env("playground", "T1LowDimJoystickFlatTerrain", num_envs=2, seed=0)
         env.step(env.reset()[0][:, :12] * 0)
         env.close()
         deploy_spec({"control": {"decimation": 10}})
-        report = sim2sim.run(sim2sim.load_bundle("t1_flat"), seconds=0.5)
+        report = sim2sim.run(t1_bundle.load_bundle("t1_flat"), seconds=0.5)
         heavy = sorted(m for m in ("jax", "mujoco_playground", "mujoco.mjx") if m in sys.modules)
         print(type(env).__name__, report.deploy_mismatches, heavy)
     """
@@ -120,7 +121,7 @@ def test_zero_action_policy_falls_in_sim2sim():
 def test_a_robot_that_does_not_move_fails_the_tracking_thresholds():
     """Fall detection off, the zero-action T1 stays where it is: the gate must still fail it, on tracking."""
     report = sim2sim.run(_bundle(), seconds=4.0, policy=lambda obs: torch.zeros(obs.shape[0], 12),
-                         min_height=-1.0, min_tilt_cos=-2.0)
+                         thresholds=sim2sim.Thresholds(min_height=-1.0, min_tilt_cos=-2.0))
     assert not report.passed and not any(s.fell for s in report.segments)
     stand, forward, sideways, turn = report.segments
     assert stand.failures == []  # standing is not judged on tracking
@@ -141,7 +142,7 @@ def test_each_segment_reports_the_net_turn_of_the_base_across_the_seam():
         robot.data.qpos[3:7] = [np.cos(turned[0] / 2), 0.0, 0.0, np.sin(turned[0] / 2)]
 
     report = sim2sim.run(_bundle(), seconds=4.0, policy=lambda obs: torch.zeros(obs.shape[0], 12),
-                         min_height=-1.0, min_tilt_cos=-2.0, on_step=spin)
+                         thresholds=sim2sim.Thresholds(min_height=-1.0, min_tilt_cos=-2.0), on_step=spin)
     assert [s.heading_change for s in report.segments] == pytest.approx([2.0] * 4, abs=1e-9)
     assert sim2sim.wrapped_angle(3.0 * np.pi) == pytest.approx(-np.pi)
     assert sim2sim.wrapped_angle(-0.5) == -0.5
@@ -186,12 +187,12 @@ def test_each_threshold_is_judged_against_its_option():
 
 def test_gains_that_differ_from_training_are_flagged():
     bundle = _bundle()
-    assert sim2sim.deploy_mismatches(bundle) == []
+    assert t1_bundle.deploy_mismatches(bundle) == []
     bundle.deploy_yaml["common"]["stiffness"][17] = 150.0
     bundle.deploy_yaml["policy"]["gait_frequency"] = 2.0
     bundle.deploy_yaml["policy"]["normalization"]["dof_vel"] = 0.05
     bundle.deploy_yaml["mech"]["parallel_mech_indexes"] = [15, 16]
-    problems = sim2sim.deploy_mismatches(bundle)
+    problems = t1_bundle.deploy_mismatches(bundle)
     assert any("stiffness of Right_Hip_Pitch (SDK 17): trained with 200.0" in p for p in problems)
     assert any("gait_frequency 2.0" in p for p in problems)
     assert any("normalization.dof_vel: the policy was trained with 0.1" in p for p in problems)
@@ -233,10 +234,10 @@ def test_joint_limit_bounds_scale_each_joint_to_its_range_and_travel_in_the_bund
     assert (recorded["action_scales"], recorded["action_low"], recorded["action_high"]) == (
         bounded.leg_scales(), low, high)
     assert bundle.deploy["action"]["scale"] == bounded.leg_scales()
-    assert bundle.control() == bounded and sim2sim.deploy_mismatches(bundle) == []
+    assert bundle.control() == bounded and t1_bundle.deploy_mismatches(bundle) == []
     recorded["action_high"][4] = 1.0  # the deploy side forgot the ankle's stop
     recorded["action_scales"][3] = 1.0
-    assert sim2sim.deploy_mismatches(bundle) == [
+    assert t1_bundle.deploy_mismatches(bundle) == [
         f"action_scales of Left_Knee_Pitch: trained with {bounded.leg_scales()[3]}, T1.yaml has 1.0 (the robot would "
         "turn the policy's actions into other targets than training did)",
         f"action_high of Left_Ankle_Pitch: trained with {high[4]}, T1.yaml has 1.0 (the robot would turn the "
@@ -245,7 +246,7 @@ def test_joint_limit_bounds_scale_each_joint_to_its_range_and_travel_in_the_bund
     for key in ("action_scales", "action_low", "action_high"):
         del old.deploy_yaml["policy"]["control"][key]
     assert old.control().action_bounds() == ([-1.0] * 12, [1.0] * 12) and old.control().leg_scales() == [1.0] * 12
-    assert sim2sim.deploy_mismatches(old) == []
+    assert t1_bundle.deploy_mismatches(old) == []
 
 
 def test_the_training_env_drives_its_pd_loop_with_the_bounded_targets():
@@ -315,14 +316,14 @@ def test_imu_readings_from_the_floating_base_equal_the_imu_sensors():
 
 
 def test_deploy_path_from_sdk_messages_gives_the_same_47_numbers():
-    pytest.importorskip("booster_robotics_sdk_python", reason=f"Booster SDK wheel not installed ({deploy.SDK_INSTALL})")
+    pytest.importorskip("booster_robotics_sdk_python", reason=f"Booster SDK wheel not installed ({sdk.SDK_INSTALL})")
     robot, command, action = _disturbed_robot()
     gait = np.array([0.37])
     expected = robot.observation(command, gait, action)
-    message = deploy.low_state_from_mujoco(robot)
+    message = sdk.low_state_from_mujoco(robot)
     assert type(message.imu_state).__module__.startswith("booster_robotics_sdk_python")
     assert abs(message.imu_state.rpy[0]) > 1e-3  # the state is not trivially upright
-    got = deploy.observation_from_low_state(message, command, gait, action, t1.DEFAULT_POSE)
+    got = sdk.observation_from_low_state(message, command, gait, action, t1.DEFAULT_POSE)
     np.testing.assert_allclose(got, expected, atol=2e-6)
 
 

@@ -24,7 +24,8 @@ from envs.playground import choose_backend  # noqa: E402
 from envs.protocol import ACTOR, CRITIC, FINAL_OBSERVATIONS  # noqa: E402
 from envs.registry import EnvOptionError, UnknownRewardTermError, make_env  # noqa: E402
 from envs.playground.t1_native import INFO_KEYS, T1NativeVecEnv  # noqa: E402
-from sim2real import perturbations, sim2sim, t1  # noqa: E402
+from sim2real import sim2sim, t1  # noqa: E402
+from sim2real.t1 import perturbations  # noqa: E402
 
 TASK = "T1LowDimJoystickFlatTerrain"
 QUIET = {"config_overrides": {"noise_config": {"level": 0.0}}, "push": False}
@@ -755,7 +756,7 @@ def test_gait_signals_describe_the_step_and_the_last_state_before_a_reset():
 
 
 def test_training_draws_from_the_robust_gates_ranges():
-    """One definition: every range the env randomises over is the gate's default (sim2real/perturbations.py)."""
+    """One definition: every range the env randomises over is the gate's default (sim2real/t1/perturbations.py)."""
     gate, config = perturbations.PerturbationRanges(), t1_lowdim.default_config()
     dr = config.randomization
     assert (tuple(dr.floor_friction_range), tuple(dr.link_mass_scale), tuple(dr.payload_range),

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class GaitSignals:
-    """What the gait metrics read from a Playground state (`fast_td3/analysis/gait_metrics.py` names).
+    """What the gait metrics read from a Playground state (`fast_td3/measures/gait_metrics.py` names).
 
     For tasks whose model starts with a free joint (humanoids, quadrupeds, DM Control's
     walkers): the base's heading-frame velocity, yaw rate, height, position and projected

@@ -1,8 +1,8 @@
 """The MJX bridge: MuJoCo Playground tasks on JAX behind the env contract.
 
 Any registry name loads (`mujoco_playground.registry.load`). Reset and step are
-`jax.jit(jax.vmap(...))`, each compiled once per (task, settings, env count): their
-outputs are cast to strong JAX types so the step after a reset reuses the step
+`jax.jit(jax.vmap(...))`, each compiled once per (task, settings, env count) (`mjx_batched.py`):
+their outputs are cast to strong JAX types so the step after a reset reuses the step
 compiled for steady state, and JAX's persistent compilation cache keeps the compiled
 code across runs. Auto-reset is ours and same-step: the step that ends an episode
 returns the true final observations (`state` and `privileged_state`) next to the reset
@@ -14,34 +14,29 @@ the host.
 
 from __future__ import annotations
 
-import functools
-import os
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-# JAX would otherwise take 75% of the GPU at start-up, leaving torch's replay buffer and
-# learner too little; it must be set before JAX initialises its GPU backend.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from envs.playground.config import (  # noqa: E402
-    enable_compilation_cache,
-    playground_overrides,
-    playground_registry,
-    task_config,
+from envs.playground.config import enable_compilation_cache, playground_overrides, task_config
+from envs.playground.gait_reader import GaitSignals
+from envs.playground.menagerie import use_menagerie
+from envs.playground.mjx_batched import (  # sets JAX's GPU memory option before JAX's GPU backend starts
+    Carry,
+    compile_env,
+    domain_randomizer,
+    env_keys,
+    load_env,
+    split_observation,
+    zero_sums,
 )
-from envs.playground.gait_reader import GaitSignals  # noqa: E402
-from envs.playground.menagerie import use_menagerie  # noqa: E402
-from envs.protocol import derive_env_seeds, reset_extras, step_extras  # noqa: E402
-from envs.registry import EnvOptionError  # noqa: E402
+from envs.protocol import reset_extras, step_extras
+from envs.registry import EnvOptionError
 
 IMPLS = ("auto", "jax", "warp")
-ACTOR_KEY, CRITIC_KEY = "state", "privileged_state"
-"""Playground's names for the actor and privileged critic observations of dict observations."""
 
 
 def jax_device(device: torch.device) -> jax.Device:
@@ -64,154 +59,6 @@ def default_impl(device: torch.device) -> str:
     """MJX's pure-JAX physics on CPU (several times faster there than Warp: docs/performance.md);
     Warp, Playground's default, on GPU."""
     return "jax" if device.type == "cpu" else "warp"
-
-
-# ------------------------------------------------------------------ compiled functions
-def _strong(tree):
-    """Drop JAX weak types, so reset's and step's states have identical types (one compile of step)."""
-    return jax.tree_util.tree_map(lambda x: jax.lax.convert_element_type(x, jnp.asarray(x).dtype), tree)
-
-
-def _split_observation(obs) -> tuple[jax.Array, jax.Array | None]:
-    if isinstance(obs, dict):
-        return obs[ACTOR_KEY], obs.get(CRITIC_KEY)
-    return obs, None
-
-
-@dataclass
-class _Compiled:
-    """One task's jitted batched reset/step, shared by every adapter with the same settings."""
-
-    env: Any
-    reset: Callable
-    step: Callable
-
-
-def _batched(env, fn: Callable, randomized: bool) -> Callable:
-    """vmap `fn(*args)` over envs; with domain randomisation each env steps its own model.
-
-    Playground envs read their model from `unwrapped._mjx_model`; swapping it while
-    tracing is how its own randomisation wrapper gives each env its model.
-    """
-    if not randomized:
-        return lambda models, axes, *args: jax.vmap(fn)(*args)
-
-    def one(model, *args):
-        unwrapped = env.unwrapped
-        original = unwrapped._mjx_model
-        unwrapped._mjx_model = model
-        try:
-            return fn(*args)
-        finally:
-            unwrapped._mjx_model = original
-
-    return lambda models, axes, *args: jax.vmap(one, in_axes=(axes,) + (0,) * len(args))(models, *args)
-
-
-@functools.lru_cache(maxsize=16)
-def _load(task: str, frozen_overrides: tuple, device: jax.Device):
-    """The Playground env for a task and its config overrides, its model on `device`
-    (loaded once per process)."""
-    registry = playground_registry()
-
-    with jax.default_device(device):
-        return registry.load(task, config_overrides=dict(frozen_overrides))
-
-
-def domain_randomizer(task: str, env):
-    """Playground's randomiser for the task, or the env's own `domain_randomize` (our tasks)."""
-    randomizer = getattr(env, "domain_randomize", None) or playground_registry().get_domain_randomizer(task)
-    if randomizer is None:
-        raise EnvOptionError(f"{task} has no domain randomiser in Playground (domain_randomization must be false)")
-    return randomizer
-
-
-@functools.lru_cache(maxsize=16)
-def _compile(task: str, frozen_overrides: tuple, randomized: bool, action_repeat: int, device: jax.Device,
-             select_resets: bool) -> _Compiled:
-    """Batched reset/step for one task, settings and device; jitted once per process."""
-    env = _load(task, frozen_overrides, device)
-    axes = None
-    if randomized:  # which model fields vary per env; the same for any keys
-        axes = domain_randomizer(task, env)(env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))[1]
-    reset_one = _batched(env, env.reset, randomized)
-    step_one = _batched(env, _repeated(env.step, action_repeat), randomized)
-    gait_signals = jax.vmap(GaitSignals(env).per_step)
-
-    def reset(models, keys):
-        keys, reset_keys = _split_keys(keys)
-        state = reset_one(models, axes, reset_keys)
-        return _strong(_Carry(state, jnp.zeros(keys.shape[0], jnp.int32), _zero_sums(state), keys))
-
-    def step(models, carry: "_Carry", actions, time_limit, with_gait: bool = True):
-        state = _strong(step_one(models, axes, carry.state, jnp.clip(actions, -1.0, 1.0)))
-        steps = carry.steps + 1
-        terminated = state.done > 0.5
-        time_outs = (steps >= time_limit) & ~terminated
-        dones = terminated | time_outs
-        sums = {k: carry.sums[k] + state.metrics[k] for k in carry.sums}
-        rewards = state.reward.astype(jnp.float32)
-        final_actor, final_critic = _split_observation(state.obs)  # before any reset replaces them
-        gait = gait_signals(state) if with_gait else {}  # likewise: finished envs report their last state
-        keys, reset_keys = _split_keys(carry.keys)
-
-        def with_resets(state):
-            fresh = reset_one(models, axes, reset_keys)
-            pick = lambda new, old: jnp.where(dones.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)  # noqa: E731
-            return _strong(jax.tree_util.tree_map(pick, fresh, state))
-
-        state = with_resets(state) if select_resets else jax.lax.cond(dones.any(), with_resets, lambda s: s, state)
-        keep = ~dones
-        carry = _Carry(state, jnp.where(keep, steps, 0), {k: jnp.where(keep, v, 0.0) for k, v in sums.items()}, keys)
-        # one [metrics, envs] array in sorted-name order: one DLPack hand-over per step, not one per metric
-        stacked_sums = jnp.stack([sums[k] for k in sorted(sums)]) if sums else jnp.zeros((0, dones.shape[0]))
-        outputs = (rewards, dones, time_outs, final_actor, final_critic, stacked_sums, gait)
-        return _strong(carry), outputs
-
-    return _Compiled(env, jax.jit(reset), jax.jit(step, static_argnames=("with_gait",)))
-
-
-def _repeated(step: Callable, times: int) -> Callable:
-    """The env step applied `times` times with one action, rewards summed (Playground's
-    `action_repeat`, which its own training wrappers apply the same way)."""
-    if times == 1:
-        return step
-
-    def repeated(state, action):
-        total = jnp.zeros_like(state.reward)
-        for _ in range(times):
-            state = step(state, action)
-            total = total + state.reward
-        return state.replace(reward=total)
-
-    return repeated
-
-
-def _split_keys(keys):
-    pairs = jax.vmap(jax.random.split)(keys)
-    return pairs[:, 0], pairs[:, 1]
-
-
-def _zero_sums(state) -> dict[str, jax.Array]:
-    return {k: jnp.zeros_like(v, dtype=jnp.float32) for k, v in state.metrics.items() if jnp.ndim(v) == 1}
-
-
-@jax.tree_util.register_dataclass
-@dataclass
-class _Carry:
-    """Everything the batched step threads through: env state, episode step counts,
-    running per-episode metric sums, per-env PRNG keys."""
-
-    state: Any
-    steps: jax.Array
-    sums: dict
-    keys: jax.Array
-
-
-def env_keys(seed: int, num_envs: int) -> jax.Array:
-    """Per-env PRNG keys from one seed; a reset splits each and resets from the second half."""
-    seeds = np.asarray(derive_env_seeds(seed, num_envs), dtype=np.uint32)
-    return jax.vmap(jax.random.PRNGKey)(seeds)
 
 
 # ------------------------------------------------------------------ the adapter
@@ -271,7 +118,7 @@ class PlaygroundVecEnv:
         self.config_overrides = playground_overrides(task, self.impl, reward_scales, push, config_overrides)
         config = task_config(task, self.config_overrides)
         frozen = tuple(sorted((k, _hashable(v)) for k, v in self.config_overrides.items()))
-        env = _load(task, frozen, self._jax_device)
+        env = load_env(task, frozen, self._jax_device)
         if hasattr(env, "mirror_maps"):  # a task that can mirror its vectors (ours: T1LowDim), for algo.symmetry
             self.mirror_maps = env.mirror_maps
         self._models = None
@@ -293,14 +140,14 @@ class PlaygroundVecEnv:
             # envs some env is almost always done): reset by selection there. On the CPU the host
             # is the device, and cond skips the reset computation on steps where no env finished.
             reset_by_selection = self._jax_device.platform != "cpu"
-        self._compiled = _compile(task, frozen, domain_randomization, self.action_repeat, self._jax_device,
+        self._compiled = compile_env(task, frozen, domain_randomization, self.action_repeat, self._jax_device,
                                   bool(reset_by_selection))
         self.max_episode_steps = int(max_episode_steps or -(-config.episode_length // self.action_repeat))
         self._time_limit = jax.device_put(jnp.int32(self.max_episode_steps), self._jax_device)
         self._keys = jax.device_put(env_keys(self.seed, self.num_envs), self._jax_device)
         # One reset now: it compiles reset and shows the observation layout.
         probe = self._compiled.reset(self._models, self._keys).state
-        actor, critic = _split_observation(probe.obs)
+        actor, critic = split_observation(probe.obs)
         self.num_obs = int(actor.shape[-1])
         self.num_critic_obs = int(critic.shape[-1]) if critic is not None else None
         self.num_actions = int(env.action_size)
@@ -308,10 +155,10 @@ class PlaygroundVecEnv:
         # then stores only the tail.
         self.critic_obs_extends_actor_obs = critic is not None and bool(
             jnp.array_equal(critic[:, : self.num_obs], actor))
-        self.episode_metrics = sorted(_zero_sums(probe))
+        self.episode_metrics = sorted(zero_sums(probe))
         self.resolved_options = {"backend": "mjx"}
         """Choices this adapter made that a resumed run or a later evaluation must repeat."""
-        self._carry: _Carry | None = None
+        self._carry: Carry | None = None
         self._with_gait = True
         self._gait: dict[str, jax.Array] | None = None
         self._gait_reader: GaitSignals | None = None
@@ -331,7 +178,7 @@ class PlaygroundVecEnv:
         else:
             keys = self._keys
         self._carry = self._compiled.reset(self._models, keys)
-        actor, critic = _split_observation(self._carry.state.obs)
+        actor, critic = split_observation(self._carry.state.obs)
         obs = _torch(actor)
         return obs, reset_extras(obs, None if critic is None else _torch(critic))
 
@@ -341,7 +188,7 @@ class PlaygroundVecEnv:
         actions_jax = to_jax(actions.detach().to(self.device, torch.float32).contiguous())
         self._carry, (rewards, dones, time_outs, final_actor, final_critic, sums, self._gait) = self._compiled.step(
             self._models, self._carry, actions_jax, self._time_limit, with_gait=self._with_gait)
-        actor, critic = _split_observation(self._carry.state.obs)
+        actor, critic = split_observation(self._carry.state.obs)
         obs = _torch(actor)
         asymmetric = critic is not None
         extras = step_extras(obs, _torch(final_actor), _torch(time_outs),
@@ -356,7 +203,7 @@ class PlaygroundVecEnv:
         self._with_gait = bool(on)
 
     def gait_signals(self) -> dict[str, Any]:
-        """Gait-metric signals of the step just taken (`fast_td3/analysis/gait_metrics.py`): the floating
+        """Gait-metric signals of the step just taken (`fast_td3/measures/gait_metrics.py`): the floating
         base, joints and torques of locomotion tasks, plus feet where the task names them; rows
         of envs that finished describe their last state before the reset. Empty for tasks
         without a floating base."""

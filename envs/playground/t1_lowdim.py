@@ -33,7 +33,8 @@ import mujoco
 import numpy as np
 from ml_collections import config_dict
 
-from sim2real import perturbations, t1
+from sim2real import t1
+from sim2real.t1 import perturbations
 
 TERRAINS = {"T1LowDimJoystickFlatTerrain": "flat", "T1LowDimJoystickRoughTerrain": "rough"}
 PLAYGROUND_SCENES = {"flat": "T1JoystickFlatTerrain", "rough": "T1JoystickRoughTerrain"}
@@ -119,7 +120,7 @@ def default_config() -> config_dict.ConfigDict:
         ),
         randomization=config_dict.create(
             # used when the adapter's `domain_randomization` is on; each kind has its switch. The
-            # ranges are the robust gate's (sim2real/perturbations.py), so the two cannot drift.
+            # ranges are the robust gate's (sim2real/t1/perturbations.py), so the two cannot drift.
             floor_friction=True, floor_friction_range=list(GATE_RANGES.floor_friction),
             link_masses=True, link_mass_scale=list(GATE_RANGES.link_mass),  # mass and inertia, per link
             payload=True, payload_range=list(GATE_RANGES.payload),  # kg on the trunk

@@ -12,7 +12,9 @@ the state indices (`ModelIndex`) and the task's maths, written once against the 
 written here again: the control flow of reset and step (same order as `T1LowDimJoystick.reset/step`)
 and the random draws (NumPy's generator, not JAX's: the two backends draw different but
 identically distributed commands, noise, pushes and resets). `tests/test_t1_native.py` pins the
-two together step by step from the same state.
+two together step by step from the same state. Beside this module: the draws of resets, commands,
+delays and pushes (`t1_native_draws.py`), the observations (`t1_native_observation.py`), the
+domain randomisation (`t1_native_randomization.py`) and rendering (`native_frames.py`).
 
 Same-step auto-reset as the env contract asks: the step that ends an episode returns
 the true final observations (actor and critic) in `extras["final_observations"]` and the
@@ -31,6 +33,10 @@ import torch
 
 from envs.playground import push_curriculum, t1_lowdim, t1_rewards
 from envs.playground.gait_reader import NativeGaitData, NativeGaitState, NativeT1View
+from envs.playground.native_frames import StateFrames
+from envs.playground.t1_native_draws import draw_episode_start, draw_start_pose, kick_due_envs, sample_commands
+from envs.playground.t1_native_observation import CRITIC_OBSERVATION_SIZE, observe
+from envs.playground.t1_native_randomization import randomize_robots
 from envs.protocol import derive_env_seeds, reset_extras, step_extras
 from envs.registry import EnvOptionError
 from sim2real import t1
@@ -102,7 +108,8 @@ class T1NativeVecEnv:
         self.device = torch.device(device)
         self.seed = int(seed)
         self.render_mode = render_mode
-        self.config_overrides = playground_config.playground_overrides(task, "jax", reward_scales, push, config_overrides)
+        self.config_overrides = playground_config.playground_overrides(task, "jax", reward_scales, push,
+                                                                       config_overrides)
         self.config = config = playground_config.task_config(task, self.config_overrides)
         self.control = control = t1_lowdim.control_from(config)
         self.commands = t1_lowdim.commands_from(config)
@@ -123,7 +130,7 @@ class T1NativeVecEnv:
             self._randomize(np.arange(self.num_envs))
         self.max_episode_steps = int(max_episode_steps or config.episode_length)
         self.num_obs = t1.OBSERVATION_SIZE
-        self.num_critic_obs = sum(size for _, size in t1_lowdim.PRIVILEGED_LAYOUT)
+        self.num_critic_obs = CRITIC_OBSERVATION_SIZE
         self.num_actions = t1.NUM_LEG_JOINTS
         self.critic_obs_extends_actor_obs = float(config.noise_config.level) == 0.0
         self.episode_metrics = sorted(f"reward/{term}" for term in config.reward_config.scales.keys())
@@ -136,7 +143,7 @@ class T1NativeVecEnv:
         self._obs: tuple[np.ndarray, np.ndarray] | None = None
         self._last: NativeGaitState | None = None
         self._gait_reader = None
-        self._renderer = None
+        self._renderer: StateFrames | None = None
 
     # --------------------------------------------------------------- contract
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -220,7 +227,7 @@ class T1NativeVecEnv:
                 torch.from_numpy(dones).to(self.device), extras)
 
     def gait_signals(self) -> dict[str, Any]:
-        """Gait-metric signals of the step just taken (`fast_td3/analysis/gait_metrics.py`), as the MJX
+        """Gait-metric signals of the step just taken (`fast_td3/measures/gait_metrics.py`), as the MJX
         backend gives them (the same `GaitSignals` reader); rows of envs that finished describe
         their last state before the reset."""
         if self._last is None:
@@ -279,49 +286,19 @@ class T1NativeVecEnv:
 
     # --------------------------------------------------------------- task logic
     def _sample_commands(self, n: int) -> np.ndarray:
-        c, rng = self.commands, self._rng
-        command = np.stack([rng.uniform(*c.lin_vel_x, n), rng.uniform(*c.lin_vel_y, n),
-                            rng.uniform(*c.ang_vel_yaw, n)], axis=-1)
-        command = np.where((rng.random(n) < c.standing_probability)[:, None], 0.0, command)
-        if c.turn_probability > 0 or c.strafe_probability > 0:  # drawn only when on: runs without keep their streams
-            command = c.one_axis(np, command, rng.random(n))
-        return command
+        return sample_commands(self.commands, self._rng, n)
 
     def _reset_envs(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start the envs `ids` afresh (as `T1LowDimJoystick.reset`); returns their observations."""
-        n, rng, cfg = len(ids), self._rng, self.config
-        qpos = np.repeat(self._init_qpos[None], n, axis=0)
-        qpos[:, 0:2] += rng.uniform(-0.5, 0.5, (n, 2))
-        yaw = rng.uniform(-np.pi, np.pi, n)
-        qpos[:, 3:7] = np.stack([np.cos(yaw / 2), np.zeros(n), np.zeros(n), np.sin(yaw / 2)], axis=-1)
-        qpos[:, 7:] += rng.uniform(-0.05, 0.05, (n, t1.NUM_JOINTS))
-        qvel = np.zeros((n, self.model.nv))
-        qvel[:, 0:6] = rng.uniform(-0.3, 0.3, (n, 6))
+        n, rng = len(ids), self._rng
+        qpos, qvel = draw_start_pose(rng, self._init_qpos, self.model.nv, n)
         if self._dr_rng is not None and self.config.randomization.redraw_each_episode:
             self._randomize(ids)  # a new robot for the new episode
         # a fresh MjData, as MJX's reset makes: no solver warm start carried over from the last episode
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         self._qpos[ids], self._qvel[ids], self._ctrl[ids] = qpos, qvel, self._default_pose
         self.batch.forward(ids)
-        push_interval = rng.uniform(*cfg.push_config.interval_range, n)
-        gait_frequency = rng.uniform(*self.commands.gait_frequency, (n, 1))
-        fresh = {
-            "step": np.zeros(n, np.int64),
-            "target_command": self._sample_commands(n),
-            "gait_frequency": gait_frequency,
-            # the robot's clock: any phase at the start; the deploy code starts with the gait active
-            "clock": rng.uniform(0.0, 10.0, (n, 1)),
-            "active_frequency": gait_frequency,
-            "last_action": np.zeros((n, t1.NUM_LEG_JOINTS)),
-            "feet_air_time": np.zeros((n, 2)),
-            "push_steps": np.round(push_interval / self.dt).astype(np.int64),
-            "action_delay": self._draw_action_delay(n),
-            "pending_actions": np.zeros((n, t1_lowdim.max_action_delay(cfg), t1.NUM_LEG_JOINTS)),
-            "command": np.zeros((n, 3)),
-            "gait_process": np.zeros((n, 1)),
-            "yaw_error_average": np.zeros(n),
-            "lin_vel_error_average": np.zeros((n, 2)),
-        }
+        fresh = draw_episode_start(self.config, self.commands, rng, n, self.dt)
         if not self.info:
             self.info = fresh
         else:
@@ -337,24 +314,9 @@ class T1NativeVecEnv:
             np, clock=info["clock"][ids], active_frequency=info["active_frequency"][ids], smoothed=smoothed,
             joystick=info["target_command"][ids], gait_frequency=info["gait_frequency"][ids], ctrl_dt=self.dt)
 
-    def _draw_action_delay(self, n: int) -> np.ndarray:
-        delay = self.config.action_delay
-        if not delay.enable:  # drawn only when on: runs without it keep their random streams
-            return np.zeros(n, np.int64)
-        return self._rng.integers(int(delay.steps_range[0]), int(delay.steps_range[1]) + 1, n)
-
     def _push(self) -> None:
-        push, info = self.config.push_config, self.info
-        angle = self._rng.uniform(0.0, 2 * np.pi, self.num_envs)
-        size = self._rng.uniform(*push.magnitude_range, self.num_envs)
-        if not push.enable:
-            return
-        if self.push_curriculum is not None:
-            size = size * self.push_curriculum.level
-        now = (info["step"] + 1) % info["push_steps"] == 0
-        if now.any():
-            kick = np.stack([np.cos(angle), np.sin(angle)], axis=-1) * size[:, None]
-            self._qvel[now, :2] += kick[now]
+        level = None if self.push_curriculum is None else self.push_curriculum.level
+        kick_due_envs(self._qvel, self.config.push_config, self._rng, self.info["step"], self.info["push_steps"], level)
 
     def _physics(self, targets: np.ndarray) -> None:
         """`decimation` physics steps of every env on the batch's threads; the PD targets pass
@@ -365,63 +327,14 @@ class T1NativeVecEnv:
             self.batch.step()
 
     def _observe(self, ids, state: dict[str, np.ndarray], contacts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        info = {key: value[ids] for key, value in self.info.items()}
-        gravity, gyro = t1.imu_from_floating_base(np, state["qpos"][:, 3:7], state["qvel"][:, 3:6])
-        joint_pos, joint_vel = state["qpos"][:, 7:] + self._encoder_offsets[ids], state["qvel"][:, 6:]
-        common = dict(command=info["command"], gait_process=info["gait_process"], last_action=info["last_action"],
-                      default_pose=self._default_pose)
-        noise = self.config.noise_config
-        level, scales, n = float(noise.level), noise.scales, len(gravity)
+        return observe({key: value[ids] for key, value in self.info.items()}, state, contacts,
+                       encoder_offsets=self._encoder_offsets[ids], default_pose=self._default_pose,
+                       noise=self.config.noise_config, rng=self._rng, index=self.index,
+                       torque_limit=self._leg_torque_limit)
 
-        def noisy(value, scale):
-            return value + (2 * self._rng.random(value.shape) - 1) * level * scale
-
-        actor = t1.actor_observation(
-            np, projected_gravity=noisy(gravity, scales.gravity), gyro=noisy(gyro, scales.gyro),
-            joint_pos=noisy(joint_pos, scales.joint_pos), joint_vel=noisy(joint_vel, scales.joint_vel), **common)
-        clean = t1.actor_observation(np, projected_gravity=gravity, gyro=gyro, joint_pos=joint_pos,
-                                     joint_vel=joint_vel, **common)
-        critic = t1_lowdim.privileged_observation(
-            np, clean, qpos=state["qpos"], sensordata=state["sensordata"], site_xpos=state["site_xpos"],
-            leg_torques=state["leg_torques"], contacts=contacts, feet_air_time=info["feet_air_time"],
-            target_command=info["target_command"], gait_frequency=info["gait_frequency"], index=self.index,
-            torque_limit=self._leg_torque_limit)
-        assert critic.shape == (n, self.num_critic_obs)
-        return actor.astype(np.float32), critic.astype(np.float32)
-
-    # --------------------------------------------------------------- domain randomisation
     def _randomize(self, ids: np.ndarray) -> None:
-        """The switched-on kinds of `randomization.*` for the envs `ids`, as
-        `T1LowDimJoystick.domain_randomize`; masses, inertias and gains are drawn around the
-        model's own, so a redraw does not compound on the last one."""
-        cfg, n, batch, model, rng = self.config.randomization, len(ids), self.batch, self.model, self._dr_rng
-        kp, kd = np.asarray(self.control.stiffness), np.asarray(self.control.damping)
-        if cfg.floor_friction:
-            batch.expand("geom_friction")[ids, self.index.floor_geom, 0] = rng.uniform(*cfg.floor_friction_range, n)
-        if cfg.link_masses or cfg.payload:
-            mass, inertia = batch.expand("body_mass"), batch.expand("body_inertia")
-            mass[ids], inertia[ids] = model.body_mass, model.body_inertia
-        if cfg.link_masses:
-            scale = rng.uniform(*cfg.link_mass_scale, (n, model.nbody))
-            mass[ids] *= scale
-            inertia[ids] *= scale[..., None]
-        if cfg.payload:
-            trunk = int(model.jnt_bodyid[0])
-            mass[ids, trunk] = np.maximum(mass[ids, trunk] + rng.uniform(*cfg.payload_range, n), 1e-3)
-        if cfg.gains or cfg.joint_offsets:
-            gain, bias = batch.expand("actuator_gainprm"), batch.expand("actuator_biasprm")
-            gain[ids], bias[ids] = model.actuator_gainprm, model.actuator_biasprm
-            if cfg.gains:
-                kp = kp * rng.uniform(*cfg.kp_scale, (n, t1.NUM_JOINTS))
-                gain[ids, :, 0] = kp
-                bias[ids, :, 1], bias[ids, :, 2] = -kp, -kd * rng.uniform(*cfg.kd_scale, (n, t1.NUM_JOINTS))
-            if cfg.joint_offsets:  # encoder offsets δ: the PD loop and the observation see q + δ
-                legs = self.index.legs
-                offset = rng.uniform(*cfg.joint_offset_range, (n, t1.NUM_LEG_JOINTS))
-                bias[np.ix_(ids, legs, [0])] = bias[np.ix_(ids, legs, [1])] * offset[..., None]  # -kp·δ
-                self._encoder_offsets[np.ix_(ids, legs)] = offset
-        if cfg.link_masses or cfg.payload:
-            batch.set_const()  # what MuJoCo derives from the masses, as the gate's mj_setConst
+        randomize_robots(self.batch, self.model, self.index, self.control, self.config.randomization, self._dr_rng,
+                         ids, self._encoder_offsets)
 
     # --------------------------------------------------------------- extras
     def render(self, env_index: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
@@ -429,13 +342,8 @@ class T1NativeVecEnv:
         if self.render_mode != "rgb_array":
             raise RuntimeError("make the env with render_mode='rgb_array' to render it")
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.model, height=height, width=width)
-            self._render_data = mujoco.MjData(self.model)
-        data = self._render_data
-        data.qpos[:], data.qvel[:] = self._qpos[env_index], self._qvel[env_index]
-        mujoco.mj_forward(self.model, data)
-        self._renderer.update_scene(data)
-        return self._renderer.render().copy()
+            self._renderer = StateFrames(self.model, height, width)
+        return self._renderer.frame(self._qpos[env_index], self._qvel[env_index])
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device)

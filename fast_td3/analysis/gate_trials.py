@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fast_td3.training.checkpoint import step_in_name
-from fast_td3.training.gate_loop import GATE_DIR
-from sim2real.perturbations import TrialDraw
+from fast_td3.training.gate_verdicts import GATE_DIR
+from sim2real.t1.perturbations import TrialDraw
 
 PASS, FAIL, FELL = ".", "x", "F"
 """One trial in a verdict's row: passed; failed without a fall; fell."""

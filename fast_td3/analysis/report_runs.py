@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fast_td3.analysis.diagnostics import DIAGNOSTICS_DIR
-from fast_td3.analysis.gait_metrics import METRIC_NAMES
+from fast_td3.measures.diagnostics import DIAGNOSTICS_DIR
+from fast_td3.measures.gait_metrics import METRIC_NAMES
 from fast_td3.training.metrics_log import KEPT_METRICS_FILE, METRICS_FILE, read_metrics
 
 RETURN_KEY = "eval/return_mean"

@@ -22,7 +22,7 @@ from fast_td3.training import cluster
 from fast_td3.training.checkpoint import CheckpointManager, has_checkpoints, pick_for_resume
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.config_checks import check_values
-from fast_td3.training.preflight import LAUNCH, resumed_config, video_problem
+from fast_td3.training.preflight import Launch, resumed_config, video_problem
 from fast_td3.training.recording import record_run
 from fast_td3.training.run_folder import shell_arg
 from fast_td3.training.startup_signals import stop_if_asked
@@ -39,6 +39,8 @@ class RunContext:
     resumed: bool
     ranks: Any
     """This process's `distributed.Context`: SINGLE until torchrun's ranks are set up."""
+    launch: Launch
+    """What the checks before Hydra decided for this command (`preflight`)."""
 
 
 def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConfig, dict[str, float]]:
@@ -50,7 +52,9 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
     if run.resumed:
         cfg = resumed_config(cfg, run.overrides)
     train_cfg: TrainConfig = OmegaConf.to_object(cfg)
-    check_values(train_cfg)
+    launch = run.launch
+    if not launch.checked:  # composed by Hydra alone: a sweep's job, a requeued cluster job
+        check_values(train_cfg)
     silence_library_noise(train_cfg.env.suite)
     threads = thread_share(cores_available(), sweep_jobs=sweep_jobs_in_parallel(hydra_cfg),
                            granted=cluster.granted_cpus(hydra_cfg))
@@ -58,7 +62,7 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
     # after the resumed config: its device picks NCCL or gloo (SINGLE unless launched by torchrun)
     run.ranks = ranks = distributed.init(resolve_device(train_cfg.device))
     if ranks.is_main:
-        LAUNCH.hold(run.dir)  # the folders preflight left to Hydra: sweeps' jobs, torchrun's, cluster jobs
+        launch.hold(run.dir)  # the folders preflight left to Hydra: sweeps' jobs, torchrun's, cluster jobs
     stop_if_asked()  # a signal while torch and the ranks came up
     if not run.resumed and has_checkpoints(run.dir):
         raise ConfigError(f"{run.dir} already holds a run; continue it with resume= "
@@ -70,11 +74,11 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
         if video_problem(train_cfg):
             raise ConfigError(video_problem(train_cfg))
-    if run.resumed and ranks.is_main and LAUNCH.unreadable:
-        moved = CheckpointManager(run.dir).set_aside_unreadable([path for path, _ in LAUNCH.unreadable])
-        for (path, why), where in zip(LAUNCH.unreadable, moved):
+    if run.resumed and ranks.is_main and launch.unreadable:
+        moved = CheckpointManager(run.dir).set_aside_unreadable([path for path, _ in launch.unreadable])
+        for (path, why), where in zip(launch.unreadable, moved):
             print(f"fast-td3-train: {path.name} cannot be read ({why}); moved to {where} and "
-                  f"resuming from {LAUNCH.resume_from.name}", file=sys.stderr, flush=True)
+                  f"resuming from {launch.resume_from.name}", file=sys.stderr, flush=True)
     full_size = hydra_cfg.runtime.choices.get("preset") is None and not run.resumed
     if full_size and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
         print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
@@ -84,7 +88,7 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
         if ranks.is_main:
             record_run(OmegaConf.structured(train_cfg), run.dir, run.overrides, run.resumed)
 
-    final = build_and_train(train_cfg, run.dir, ranks, ready, LAUNCH.resume_from)
+    final = build_and_train(train_cfg, run.dir, ranks, ready, launch.resume_from)
     return train_cfg, final
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from fast_td3.learner.config import AlgoConfig, ConfigError
 
@@ -105,7 +105,25 @@ class GateConfig:
     """Play the sideways step and the turn to the right too (`fast-td3-sim2sim both_sides=true`): the
     default sequence asks only for the left ones, and a policy can turn one way far better."""
     stop_after_passes: int = 0
-    """Stop the run once this many gates in a row passed (0: never)."""
+    """Stop the run once this many gates in a row passed (0: never; with `ship`, once it confirmed them)."""
+    ship: bool = False
+    """Confirm `stop_after_passes` passes in a row by the bar a robust bundle ships on before stopping:
+    `fast-td3-ship` on the last passed gate's state, in the background on the cores training leaves,
+    with `ship_trials` perturbed trials at each of `ship_seeds` (the gate's segments, sides and
+    perturbations), the nominal margins and the pooled pass rate's 95 % interval at 0.8 or above.
+    Confirmed: the run writes `<run>/bundle/` and stops. Not: the count starts again and training
+    goes on. `total_steps` stays the cap."""
+    ship_trials: int = 20
+    """Perturbed trials per trial seed of the confirmation."""
+    ship_seconds: float = 20.0
+    """Seconds per joystick segment of the confirmation (`fast-td3-ship --seconds`)."""
+    ship_seeds: List[int] = field(default_factory=lambda: [1, 2, 3])
+    """The confirmation's trial seeds: not the gate's `seed`, whose trials chose the candidate."""
+    segments: List[str] = field(default_factory=list)
+    """The joystick segments the gate plays, by name (stand, forward, sideways, turn; empty: all)."""
+    thresholds: Dict[str, float] = field(default_factory=dict)
+    """Changes to the thresholds a play is judged by, as fast-td3-sim2sim's options (gate and
+    confirmation): gate.thresholds.max_lin_vel_error=0.15; the fall thresholds min_height and min_tilt_cos."""
     average: int = 1
     """Gate, and keep as best.pt, the mean actor of this many gate steps, the current one and those
     before it (`fast-td3-export average=K`; fewer at the first gates): 1 gates the current actor."""

@@ -15,6 +15,8 @@ from dataclasses import fields, is_dataclass
 
 from fast_td3.learner.config import ALGORITHMS, ConfigError
 from fast_td3.command_line import SEED_MAX
+from sim2real.t1.gate_spec import THRESHOLD_OPTIONS, sequence
+from sim2real.t1.perturbations import PERTURBATION_OPTIONS, ranges_from_options
 
 CLOSE_TO_FULL = 0.8
 """A replay buffer above this share of the memory available gets a warning."""
@@ -43,9 +45,7 @@ def check_values(cfg) -> None:
         raise ConfigError(
             f"algo.buffer_size ({algo.buffer_size}) must be >= algo.n_step ({algo.n_step}): each env's replay "
             "holds whole n-step windows; raise algo.buffer_size or lower algo.n_step")
-    if cfg.gate.interval and cfg.gate.perturbations:
-        from sim2real.robust import PERTURBATION_OPTIONS, ranges_from_options  # fast-td3-sim2sim's words
-
+    if cfg.gate.interval and cfg.gate.perturbations:  # in fast-td3-sim2sim's words
         unknown = sorted(set(map(str, cfg.gate.perturbations)) - set(PERTURBATION_OPTIONS))
         if unknown:
             raise ConfigError(f"gate.perturbations.{unknown[0]} is not a perturbation; known: "
@@ -54,6 +54,8 @@ def check_values(cfg) -> None:
             ranges_from_options({str(k): str(v) for k, v in cfg.gate.perturbations.items()})
         except ValueError as error:
             raise ConfigError(f"gate.perturbations: {error}") from None
+    if cfg.gate.interval:
+        check_gate_shipping(cfg.gate)
     for section in ("options", "eval_options"):
         kwargs = getattr(cfg.env, section).get("env_kwargs")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -62,11 +64,32 @@ def check_values(cfg) -> None:
                 f"override, e.g. env.{section}.env_kwargs.ctrl_cost_weight=0")
 
 
-# ------------------------------------------------------------------ replay memory
+def check_gate_shipping(gate) -> None:
+    """The gate's segments and its confirmation (`gate.ship`) can work."""
+    try:
+        sequence(gate.both_sides, list(gate.segments))
+    except ValueError as error:
+        raise ConfigError(f"gate.segments: {error}") from None
+    unknown = sorted(set(map(str, gate.thresholds)) - set(THRESHOLD_OPTIONS))
+    if unknown:
+        raise ConfigError(f"gate.thresholds.{unknown[0]} is not a threshold; known: {', '.join(THRESHOLD_OPTIONS)}")
+    if not gate.ship:
+        return
+    if gate.stop_after_passes < 1:
+        raise ConfigError("gate.ship=true confirms gate.stop_after_passes gates in a row: give "
+                          "gate.stop_after_passes=N (N >= 1), or drop gate.ship")
+    if gate.ship_trials < 1 or not gate.ship_seeds:
+        raise ConfigError(f"gate.ship_trials={gate.ship_trials}, gate.ship_seeds={list(gate.ship_seeds)}: the "
+                          "confirmation plays at least one trial at one seed")
+    if any(not 0 <= seed <= SEED_MAX for seed in gate.ship_seeds):
+        raise ConfigError(f"gate.ship_seeds={list(gate.ship_seeds)}: seeds are integers from 0 to {SEED_MAX}")
+
+
 def _gigabytes(n: float) -> str:
     return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
+# ------------------------------------------------------------------ replay memory
 def host_memory_available() -> int | None:
     """Bytes of RAM the OS can give without swapping (Linux: MemAvailable), None when unknown."""
     try:

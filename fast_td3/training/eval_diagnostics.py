@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from envs.protocol import ACTOR, CRITIC, VecEnv
-from fast_td3.analysis.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
+from fast_td3.measures.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
 from fast_td3.training import distributed
 from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize
 

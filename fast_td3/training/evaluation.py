@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from envs.protocol import FINAL_OBSERVATIONS, TERMINATIONS, TIME_OUTS, VecEnv, critic_observations, optional_attribute
-from fast_td3.analysis import gait_metrics
+from fast_td3.measures import gait_metrics
 from fast_td3.files import OutputRefused, check_output_file
 
 Policy = Callable[[torch.Tensor], torch.Tensor]

@@ -9,8 +9,13 @@ and is logged at step N as `gate/*` metrics. With `best_by=gate`, a verdict that
 every earlier one (a pass, then the robust pass rate, then a nominal pass, then eval return)
 becomes best.pt.
 
+With `gate.ship`, `gate.stop_after_passes` passes in a row are confirmed before the run stops:
+`fast-td3-ship` plays the last passed state by the shipping bar (more trials, other trial seeds,
+the nominal margins, the pooled pass rate's 95 % interval) in the same kind of background process.
+Confirmed, it has written `<run>/bundle/` and the run stops; not, the count starts again.
+
 With `gate.average=K` the gated state's actor is the mean of the actors of this gate step and
-the K - 1 before it (`sim2real.policy_average`; each gate step's own actor is kept in
+the K - 1 before it (`fast_td3.training.policy_average`; each gate step's own actor is kept in
 `<run>/gate/actors/` until K newer ones exist), so the verdicts, and best.pt, are the mean's.
 
 The folder is the gate's memory: a resumed run reads the verdicts up to its step back from it,
@@ -20,72 +25,32 @@ again a checkpoint whose verdict never came.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fast_td3.files import atomic_write_bytes
+from fast_td3.files import RUN_BUNDLE_DIR, atomic_write_bytes
 from fast_td3.training import checkpoint as ckpt
-from fast_td3.training import distributed
 from fast_td3.training.config import TrainConfig
-from fast_td3.training.hooks import Hook
-from fast_td3.training.metrics_log import METRICS_FILE, read_metrics
-
-GATE_DIR = "gate"
-ACTORS_DIR = "actors"
-
-
-@dataclass
-class GateVerdict:
-    step: int
-    metrics: dict[str, float]
-    eval_return: float | None = None
-    error: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.error is None and self.metrics.get("gate/passed", 0.0) == 1.0
-
-    def rank(self) -> tuple[float, float, float, float]:
-        """Higher is better: a gate passed, then the robust pass rate, then a nominal pass, then eval
-        return. A pass comes first, so best.pt is a checkpoint that passed whenever one did."""
-        if self.error is not None:
-            return (-1.0, -1.0, 0.0, -math.inf)
-        eval_return = self.eval_return if self.eval_return is not None and math.isfinite(self.eval_return) else -math.inf
-        return (float(self.passed), self.metrics.get("gate/robust_pass_rate", 0.0),
-                self.metrics.get("gate/nominal_passed", 0.0), eval_return)
-
-    def line(self) -> str:
-        if self.error is not None:
-            return f"Gate at step {self.step}: not played ({self.error})"
-        m = self.metrics
-        mean = int(m.get("gate/averaged_actors", 1))
-        of = f" of the mean of {mean} actors" if mean > 1 else ""
-        return (f"Gate at step {self.step}{of}: {'PASS' if self.passed else 'fail'} (nominal "
-                f"{'pass' if m['gate/nominal_passed'] else 'fail'}, robust pass rate {m['gate/robust_pass_rate']:.0%}, "
-                f"{m.get('gate/wall_s', float('nan')):.0f} s)")
-
+from fast_td3.training.gate_verdicts import (
+    ACTORS_DIR, GATE_DIR, SHIP_DIR, GateVerdict, eval_return_at, promotion_note, read_ship_result, read_verdict,
+    run_metrics,
+)
+from fast_td3.training.policy_average import actor_part, average_actor, read_actor_part
 
 def gate_options(cfg: TrainConfig) -> list[str]:
     """`key=value` options of `sim2real.gate_job` for this run's gate."""
     gate = cfg.gate
     options = {"trials": gate.trials, "seconds": gate.seconds, "seed": gate.seed, "min_pass_rate": gate.min_pass_rate,
                "both_sides": str(gate.both_sides).lower()}
+    if gate.segments:
+        options["segments"] = ",".join(gate.segments)
+    options.update(gate.thresholds or {})
     options.update(gate.perturbations or {})
     return [f"{key}={value}" for key, value in options.items()]
-
-
-def promotion_note(promoted: bool, passed: bool) -> str:
-    """What the verdict's line adds about best.pt: a failed gate is never announced as the best."""
-    if not promoted:
-        return ""
-    return ": now best.pt" if passed else ": kept as best.pt for now, the closest to passing (none has passed yet)"
 
 
 class GateLoop:
@@ -109,6 +74,9 @@ class GateLoop:
         self.verdicts: list[GateVerdict] = []
         self.best: GateVerdict | None = None
         self.passes_in_a_row = 0
+        self.confirming: tuple[int, subprocess.Popen] | None = None
+        self.shipped_step: int | None = None
+        """The gate step whose state the confirmation shipped to `<run>/bundle/` (`gate.ship`)."""
         self._unlogged: list[GateVerdict] = []
         self._recall(start_step)
 
@@ -118,8 +86,13 @@ class GateLoop:
 
     @property
     def satisfied(self) -> bool:
-        """The run may stop: the last `stop_after_passes` gates passed."""
-        return bool(self.gate.stop_after_passes) and self.passes_in_a_row >= self.gate.stop_after_passes
+        """The run may stop: the last `stop_after_passes` gates passed (with `ship`: and the
+        confirmation shipped the last one)."""
+        if not self.gate.stop_after_passes:
+            return False
+        if self.gate.ship:
+            return self.shipped_step is not None
+        return self.passes_in_a_row >= self.gate.stop_after_passes
 
     def submit(self, step: int, state: dict[str, Any], eval_return: float | None) -> None:
         """Gate the state of global step `step` (its mean actor with `gate.average` > 1) as soon as
@@ -139,14 +112,71 @@ class GateLoop:
         step (`last_step` only with `final`), then log the verdicts that arrived (`final`: all)."""
         if self.due(step) and (final or step < last_step):
             self.submit(step, state(), eval_return)
-        self.take(self.drain() if final else self.poll(), logger)
+        self.take(self.drain() if final else self.poll(), logger, wait=final)
 
-    def take(self, verdicts: list[GateVerdict], logger) -> None:
-        """Log each verdict at its own step (`gate/*`) and count it (`absorb`)."""
+    def take(self, verdicts: list[GateVerdict], logger, wait: bool = False) -> None:
+        """Log each verdict at its own step (`gate/*`) and count it (`absorb`); then tend the
+        confirmation (`wait`: until it has said, at the end of a run)."""
         for verdict in verdicts:
             logger.log_past(verdict.step, verdict.metrics, "gate/step")
             promoted = self.absorb(verdict)
             logger.note(verdict.line() + promotion_note(promoted, verdict.passed))
+        if self.gate.ship:
+            self._tend_confirmation(logger, wait)
+
+    # ------------------------------------------------------------ confirmation (gate.ship)
+    def _tend_confirmation(self, logger, wait: bool) -> None:
+        """Take the confirmation's answer when it came; start one when the passes call for it."""
+        if self.confirming is not None:
+            step, process = self.confirming
+            if wait:
+                process.wait()
+            if process.poll() is None:
+                return
+            self.confirming = None
+            self._confirmed(step, process.returncode, logger)
+        candidate = self.verdicts[-1].step if self.verdicts else None
+        if (self.shipped_step is None and self.passes_in_a_row >= self.gate.stop_after_passes
+                and candidate is not None and self._checkpoint(candidate).is_file()):
+            self._start_confirmation(candidate)
+            logger.note(f"The gate passed {self.passes_in_a_row} times in a row: confirming step {candidate} by the "
+                        f"shipping bar ({self.gate.ship_trials} trials at each of seeds "
+                        f"{', '.join(map(str, self.gate.ship_seeds))}) while training goes on")
+            if wait:
+                self._tend_confirmation(logger, wait)
+
+    def _start_confirmation(self, step: int) -> None:
+        gate, run_dir = self.gate, self.folder.parent
+        folder = self.folder / SHIP_DIR
+        folder.mkdir(exist_ok=True)
+        result = folder / f"step_{step:09d}.json"
+        result.unlink(missing_ok=True)
+        ship_args = [str(run_dir), "--step", str(step), "--out", str(run_dir / RUN_BUNDLE_DIR), "--force",
+                     "--robust", str(gate.ship_trials), "--robust-seed", *map(str, gate.ship_seeds),
+                     "--seconds", str(gate.ship_seconds)]
+        ship_args += ["--both-sides"] if gate.both_sides else []
+        ship_args += ["--segments", *gate.segments] if gate.segments else []
+        ship_args += [f"--threshold={k}={v}" for k, v in (gate.thresholds or {}).items()]
+        ship_args += [f"--perturbation={k}={v}" for k, v in (gate.perturbations or {}).items()]
+        self.confirming = (step, self._background([sys.executable, "-m", "sim2real.gate_job", "ship", str(result),
+                                                    *ship_args], folder / f"step_{step:09d}.log"))
+
+    def _confirmed(self, step: int, code: int | None, logger) -> None:
+        """The confirmation's answer: shipped (the run may stop) or not (the count starts again)."""
+        log = self.folder / SHIP_DIR / f"step_{step:09d}.log"
+        record = read_ship_result(self.folder / SHIP_DIR / f"step_{step:09d}.json")
+        shipped = bool(record.get("shipped"))
+        logger.log_past(step, {"gate/confirmed": float(shipped)}, "gate/step")
+        if shipped:
+            self.shipped_step = step
+            logger.note(f"Confirmed: the state of step {step} cleared the shipping bar; its bundle is "
+                        f"{self.folder.parent / RUN_BUNDLE_DIR}")
+        else:
+            self.passes_in_a_row = 0
+            why = "; ".join(record.get("below_the_bar", [])) or f"exit {code}, see {log}"
+            logger.note(f"Not confirmed: step {step} fell short of the shipping bar ({why}); training goes on")
+        if self.best is None or self.best.step != step:
+            self._forget(step)
 
     def poll(self) -> list[GateVerdict]:
         """Verdicts that arrived since the last call (no waiting); after a resume, first those that
@@ -169,10 +199,11 @@ class GateLoop:
     def close(self) -> None:
         """Stop a running gate (a stopped run): its checkpoint stays and a resume gates it again.
         Take `poll()`'s verdicts first, or one that has just arrived is left to the resume."""
-        if self.running is not None:
-            self.running[1].kill()
-            self.running[1].wait()
-            self.running = None
+        for job in (self.running, self.confirming):
+            if job is not None:
+                job[1].kill()
+                job[1].wait()
+        self.running = self.confirming = None
 
     # ------------------------------------------------------------ verdicts
     def absorb(self, verdict: GateVerdict) -> bool:
@@ -186,7 +217,7 @@ class GateLoop:
             if self.cfg.best_by == "gate":
                 self._promote(verdict.step)
                 promoted = True
-        else:
+        elif not (self.gate.ship and verdict.passed):  # a pass is kept for its confirmation
             # every best so far keeps its file: a resume from an earlier checkpoint restores that one
             self._checkpoint(verdict.step).unlink(missing_ok=True)
         return promoted
@@ -202,8 +233,6 @@ class GateLoop:
         """`state` with the mean actor of gate steps up to `step`, `gate.average` of them or as many
         as there are; the actors of the steps before it come from `gate/actors/`, where this
         step's joins them and the ones no later gate needs leave."""
-        from sim2real.policy_average import actor_part, average_actor, read_actor_part
-
         actors = self.folder / ACTORS_DIR
         actors.mkdir(exist_ok=True)
         ckpt.save_atomic(actor_part(state), actors / f"step_{step:09d}.pt")
@@ -230,13 +259,17 @@ class GateLoop:
                    FAST_TD3_GATE_EVAL_RETURN="" if eval_return is None else repr(eval_return))
         command = [sys.executable, "-m", "sim2real.gate_job", str(self._checkpoint(step)), str(self._result(step)),
                    *gate_options(self.cfg)]
-        log = open(self.folder / f"step_{step:09d}.log", "wb")
+        self.running = (step, self._background(command, self.folder / f"step_{step:09d}.log", env))
+
+    @staticmethod
+    def _background(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`command` in a session of its own (it lowers its own priority), on one CPU thread, no GPU."""
+        env = env or dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+        log = open(log_path, "wb")
         try:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         finally:
             log.close()
-        self.running = (step, process)
 
     def _collect(self) -> GateVerdict:
         step, process = self.running
@@ -252,14 +285,15 @@ class GateLoop:
         and go to `gate/abandoned_<step>/`; verdicts that never reached metrics.jsonl are handed to
         the next `poll()`; best.pt is the recalled best's again; a checkpoint whose verdict never
         came is gated again (the newest such, the others are dropped)."""
-        logged = {int(r["step"]) for r in _metrics(self.folder.parent) if "gate/passed" in r}
-        for folder in (self.folder, self.folder / ACTORS_DIR):
+        logged = {int(r["step"]) for r in run_metrics(self.folder.parent) if "gate/passed" in r}
+        for folder in (self.folder, self.folder / ACTORS_DIR, self.folder / SHIP_DIR):
             later = [p for p in folder.glob("step_*") if ckpt.step_in_name(p) > start_step]
             if later:
                 aside = self.folder / f"abandoned_{start_step}" / folder.relative_to(self.folder)
                 aside.mkdir(parents=True, exist_ok=True)
                 for path in later:
                     path.replace(aside / path.name)
+        confirmations = {ckpt.step_in_name(p): read_ship_result(p) for p in (self.folder / SHIP_DIR).glob("step_*.json")}
         for result in sorted(self.folder.glob("step_*.json")):
             verdict = read_verdict(result, ckpt.step_in_name(result))
             if verdict is None:
@@ -269,6 +303,11 @@ class GateLoop:
                 continue
             self.verdicts.append(verdict)
             self.passes_in_a_row = self.passes_in_a_row + 1 if verdict.passed else 0
+            if verdict.step in confirmations:  # the confirmation's answer, as it was taken then
+                if confirmations[verdict.step].get("shipped"):
+                    self.shipped_step = verdict.step
+                else:
+                    self.passes_in_a_row = 0
             if verdict.error is None and (self.best is None or verdict.rank() >= self.best.rank()):
                 self.best = verdict
         if self.best is not None and self.cfg.best_by == "gate":
@@ -283,83 +322,6 @@ class GateLoop:
         if unjudged:
             self.waiting = (unjudged[-1], eval_return_at(self.folder.parent, unjudged[-1]))
         self._start_waiting()
-
-
-class GateHook(Hook):
-    """The gate in the runner's loop: a `GateLoop` (rank 0, `gate.interval` > 0) tended at every
-    global step, drained at the end of a `train` call, and asked at the logs whether the run may
-    stop (every rank asks, together)."""
-
-    def __init__(self) -> None:
-        self.loop: GateLoop | None = None
-
-    @property
-    def best(self) -> GateVerdict | None:
-        """The best verdict so far (None: no gate, or no verdict yet)."""
-        return None if self.loop is None else self.loop.best
-
-    def on_begin(self, runner) -> None:
-        if runner.cfg.gate.interval and runner.ranks.is_main:
-            self.loop = GateLoop(runner.cfg, runner.run_dir, runner.checkpoints, runner.global_step, runner.logger.note)
-
-    def on_step(self, runner) -> None:
-        if self.loop is not None:
-            with runner.hooks.phase("gate"):
-                self._tend(runner, final=False)
-
-    def on_end(self, runner, final: dict[str, float] | None) -> None:
-        if self.loop is None:
-            return
-        try:
-            if final is not None:
-                self._tend(runner, final=True)
-            self.loop.take(self.loop.poll(), runner.logger)  # one that arrived just before a stop is logged too
-        finally:
-            self.loop.close()
-            self.loop = None
-
-    def should_stop(self, runner) -> bool:
-        if not runner.cfg.gate.stop_after_passes:
-            return False
-        return gate_satisfied(self.loop, runner.ranks, runner.global_step, runner.logger.note)
-
-    def _tend(self, runner, final: bool) -> None:
-        self.loop.tend(runner.global_step, final, lambda: runner.state(with_buffer=False),
-                       runner.last_eval.get("eval/return_mean"), runner.logger, runner.until_step)
-
-
-def gate_satisfied(gate: GateLoop | None, ranks: distributed.Context, step: int, note: Callable[[str], None]) -> bool:
-    """The gate passed `gate.stop_after_passes` times in a row (rank 0 runs it; under torchrun every
-    rank learns it here, together)."""
-    done = gate is not None and gate.satisfied
-    if ranks.enabled:
-        done = bool(distributed.any_rank(int(done), ranks))
-    if done and gate is not None:
-        note(f"Stopping at global step {step}: the gate passed {gate.passes_in_a_row} times in a row "
-             "(gate.stop_after_passes)")
-    return done
-
-
-def read_verdict(path: Path, step: int) -> GateVerdict | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if "error" in record:
-        return GateVerdict(step, {}, error=record["error"])
-    return GateVerdict(step, record["metrics"], eval_return=record.get("eval_return"))
-
-
-def eval_return_at(run_dir: Path, step: int) -> float | None:
-    """The evaluation return logged at global step `step`, None when none was."""
-    returns = [r["eval/return_mean"] for r in _metrics(run_dir)
-               if r.get("step") == step and isinstance(r.get("eval/return_mean"), (int, float))]
-    return returns[-1] if returns else None
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl rows (none before its first)."""
-    return read_metrics(run_dir) if (run_dir / METRICS_FILE).is_file() else []
 
 
 def _copy_into(source: Path, target) -> None:

@@ -1,7 +1,7 @@
 """The runner's extension points: what runs beside the loop without living in it.
 
 A hook sees the runner at fixed moments of `Runner.train` and may time or count its named
-phases. The evaluation with best.pt (`evaluation_hook.py`), the deploy gate (`gate_loop.py`),
+phases. The evaluation with best.pt (`periodic_eval.py`), the deploy gate (`gate_hook.py`),
 the phase clock of the benchmarks (`fast_td3/analysis/phase_clock.py`) and the hot-path op
 counter are hooks; the loop itself only collects, learns, logs and saves.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from fast_td3.training.gate_loop import GateHook
+from fast_td3.training.gate_hook import GateHook
 from fast_td3.training.hooks import Hook
 
 

@@ -2,13 +2,15 @@
 Hydra will (the user's --config-dir folders included), check the values that would only fail
 later, the checkpoint a resume continues from, the device; then claim and lock the run folder.
 A mistake is reported in one line (a user error) with nothing created; the decisions are
-recorded in LAUNCH (a `run_folder.Launch`) for `train` and `compose`.
+recorded in the command's `Launch` (its plan, below), which `train.cli` hands to Hydra's resolvers
+and to `main`.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,13 +21,11 @@ from fast_td3.training.cli_checks import CONF_DIR, GROUPS, search_path_override
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.config_checks import check_no_inert_keys, check_replay_memory_early, check_values
 from fast_td3.training.run_folder import (
-    Launch, RunLock, busy_message, check_writable, claim_folder, claim_run_dir, lock_holder, make_folder,
+    RunLock, busy_message, check_writable, claim_folder, claim_run_dir, discard, lock_holder, make_folder, no_resume,
     override_value, topmost_missing,
 )
 
 RESOLVED_CONFIG = "config.yaml"
-LAUNCH = Launch()
-"""What the checks before Hydra decided for this command (the run folder, a resume's checkpoint)."""
 
 
 def override_key(override: str) -> str:
@@ -218,7 +218,7 @@ def _is_main_rank() -> bool:
     return int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 holds the run folder
 
 
-def claim(overrides: list[str], resume: str | None) -> bool:
+def claim(overrides: list[str], resume: str | None, launch: Launch) -> bool:
     """Lock the folder a resume continues in, or claim and lock the empty folder of a new run
     given by hydra.run.dir. False when the folder is left to `main` (a new run under out_dir,
     or a folder named through interpolations, e.g. torchrun's)."""
@@ -227,7 +227,7 @@ def claim(overrides: list[str], resume: str | None) -> bool:
             raise ConfigError(f"hydra.run.dir cannot go with resume=: a resumed run continues in its own folder, "
                               f"{run_dir_of(resume)}; drop hydra.run.dir")
         if _is_main_rank():
-            LAUNCH.lock = RunLock.acquire(run_dir_of(resume).absolute())
+            launch.lock = RunLock.acquire(run_dir_of(resume).absolute())
         return True
     explicit = _explicit_run_dir(overrides)
     if explicit is None or "$" in explicit:
@@ -235,16 +235,16 @@ def claim(overrides: list[str], resume: str | None) -> bool:
     if not _is_main_rank():
         return True  # under torchrun rank 0 claims and holds the folder every rank writes into
     folder = Path(explicit).expanduser().absolute()
-    LAUNCH.created, LAUNCH.lock = claim_folder(folder)
-    LAUNCH.new_folder = folder
+    launch.created, launch.lock = claim_folder(folder)
+    launch.new_folder = folder
     return True
 
 
-def preflight(overrides: list[str], config_dirs: list[Path] | None = None) -> None:
+def preflight(overrides: list[str], config_dirs: list[Path] | None, launch: Launch) -> None:
     """Every check a run can make before Hydra makes its folder: compose and validate the config
     (a resume: a folder it can write into, its saved config, a checkpoint that reads and belongs to
     it), the device, the folder; then claim and lock the run folder. Raises a user error; records
-    its decisions in LAUNCH."""
+    its decisions in `launch`."""
     cfg = compose_config(overrides, config_dirs)
     if cfg.resume:
         if _is_main_rank():  # rank 0 holds the folder and writes into it
@@ -252,9 +252,9 @@ def preflight(overrides: list[str], config_dirs: list[Path] | None = None) -> No
             if holder is not None:  # still training: say so before anything else
                 raise ConfigError(busy_message(run_dir_of(cfg.resume).absolute(), holder))
             check_writable(run_dir_of(cfg.resume))
-        LAUNCH.resume_from, state, LAUNCH.unreadable = pick_for_resume(cfg.resume)
+        launch.resume_from, state, launch.unreadable = pick_for_resume(cfg.resume)
         cfg = resumed_config(cfg, overrides)
-        check_matches(state, OmegaConf.to_container(cfg, resolve=True), LAUNCH.resume_from)
+        check_matches(state, OmegaConf.to_container(cfg, resolve=True), launch.resume_from)
     run_dir = _explicit_run_dir(overrides)  # torchrun's names its folder under ${out_dir}: out_dir counts there
     train_cfg = checked(cfg, overrides, explicit_run_dir=run_dir is not None and "${out_dir}" not in run_dir)
     if train_cfg.device not in ("auto", "cpu"):
@@ -263,12 +263,85 @@ def preflight(overrides: list[str], config_dirs: list[Path] | None = None) -> No
         resolve_device(train_cfg.device)  # DeviceError: the devices this machine has
     if video_problem(train_cfg):
         raise ConfigError(video_problem(train_cfg))
-    if claim(overrides, cfg.resume) or _explicit_run_dir(overrides) is not None:
+    launch.checked = True
+    if claim(overrides, cfg.resume, launch) or _explicit_run_dir(overrides) is not None:
         return
     root = Path(train_cfg.out_dir).expanduser().absolute() / train_cfg.env.task
     created = topmost_missing(root)
     make_folder(root, f"out_dir={train_cfg.out_dir}")
-    LAUNCH.run_dir = claim_run_dir(root, time.strftime("%Y-%m-%d_%H-%M-%S"), train_cfg.seed)
-    LAUNCH.created = created or LAUNCH.run_dir
-    LAUNCH.new_folder = LAUNCH.run_dir
-    LAUNCH.lock = RunLock.acquire(LAUNCH.run_dir)
+    launch.run_dir = claim_run_dir(root, time.strftime("%Y-%m-%d_%H-%M-%S"), train_cfg.seed)
+    launch.created = created or launch.run_dir
+    launch.new_folder = launch.run_dir
+    launch.lock = RunLock.acquire(launch.run_dir)
+
+
+# ------------------------------------------------------------------ the command's plan
+@dataclass
+class Launch:
+    """The plan of one `fast-td3-train` command: its run folder and what the checks before Hydra
+    decided (`preflight` fills it in). `train.cli` makes it and hands it to Hydra's resolvers and
+    to `main`; no module keeps one."""
+
+    run_dir: Path | None = None
+    """The new run folder claimed for this run under out_dir (a unique name, made before Hydra runs)."""
+    new_folder: Path | None = None
+    """The folder of a new run this command claimed (under out_dir or hydra.run.dir): what it
+    holds is removed again when the run stops before its first checkpoint."""
+    created: Path | None = None
+    """The topmost folder this command created (None: the run's folder existed, empty)."""
+    lock: RunLock | None = None
+    """This process's hold on its run folder."""
+    resume_from: Path | None = None
+    """The checkpoint a resume continues from (the newest one that reads)."""
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)
+    """Newer checkpoints of the resumed run that cannot be read, each with the reason."""
+    checked: bool = False
+    """The checks composed and validated this run's config (a single run): the run need not check
+    its values again. A sweep's jobs, a cluster job's requeue and Hydra's own --config-name are
+    composed only by Hydra, and check theirs in `run_training`."""
+
+    def hydra_run_dir(self, resume, default: str) -> str:
+        """Hydra's run folder (`${run_dir:...}`): the resumed run's own folder, else the one
+        claimed for this run."""
+        if not no_resume(resume):
+            return str(run_dir_of(str(resume)))
+        return str(self.run_dir) if self.run_dir is not None else default
+
+    def hold(self, run_dir: Path) -> None:
+        """Lock `run_dir` for this process unless it already holds it (a sweep's next job lets go of
+        the previous job's folder); ConfigError naming the PID of another holder."""
+        if self.lock is not None and self.lock.fd >= 0 and self.lock.folder.resolve() == run_dir.resolve():
+            return
+        if self.lock is not None:
+            self.lock.release()
+        self.lock = RunLock.acquire(run_dir)
+
+    def leave_as_found(self) -> None:
+        """Let go of a resumed run's folder, its lock file as this command found it (a resume
+        refused or stopped before it trained leaves the run as it was)."""
+        if self.lock is not None:
+            self.lock.release(as_found=True)
+
+    def discard_new_run(self, run_dir: Path) -> bool:
+        """Remove what this command made for a new run that stopped before its first checkpoint
+        (only the folder it claimed and holds; never another process's, never a checkpoint)."""
+        mine = self.new_folder is not None and self.lock is not None and self.lock.fd >= 0
+        if not mine or run_dir.resolve() != self.new_folder.resolve():
+            return False
+        return discard(run_dir, self.created)
+
+
+def hydra_subdir(resume, *_: str) -> str | None:
+    """Where Hydra records this invocation's config and overrides inside the run folder
+    (`${hydra_subdir:...}`). A resume records its own (`.hydra/resumed_<time>/`, see
+    `recording`) only once its checkpoint has loaded, so a resume that fails leaves the run
+    folder as it was. (A second argument, the timestamp configs saved before 2026-12-02 pass,
+    is ignored.)"""
+    return ".hydra" if no_resume(resume) else None
+
+
+def register_resolvers(launch: Launch | None = None) -> None:
+    """The resolvers conf/train.yaml names its run folder with (hydra.run.dir, hydra.output_subdir),
+    `run_dir` reading `launch`'s folder (None: Hydra's default, as in a sweep's job on a cluster)."""
+    OmegaConf.register_new_resolver("run_dir", (launch or Launch()).hydra_run_dir, replace=True)
+    OmegaConf.register_new_resolver("hydra_subdir", hydra_subdir, replace=True)

@@ -21,10 +21,7 @@ import re
 import shlex
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import OmegaConf
 
 from fast_td3.learner.config import ConfigError
 from fast_td3.training.checkpoint import has_checkpoints, run_dir_of
@@ -324,69 +321,3 @@ def check_writable(folder: Path) -> None:
 # ------------------------------------------------------------------ this command's run folder
 def no_resume(resume) -> bool:
     return resume in (None, "", "null", "None")
-
-
-@dataclass
-class Launch:
-    """This command's run folder and what the checks before Hydra decided for it (`preflight`
-    fills one in); `main` and Hydra's resolvers read it."""
-
-    run_dir: Path | None = None
-    """The new run folder claimed for this run under out_dir (a unique name, made before Hydra runs)."""
-    new_folder: Path | None = None
-    """The folder of a new run this command claimed (under out_dir or hydra.run.dir): what it
-    holds is removed again when the run stops before its first checkpoint."""
-    created: Path | None = None
-    """The topmost folder this command created (None: the run's folder existed, empty)."""
-    lock: RunLock | None = None
-    """This process's hold on its run folder."""
-    resume_from: Path | None = None
-    """The checkpoint a resume continues from (the newest one that reads)."""
-    unreadable: list[tuple[Path, str]] = field(default_factory=list)
-    """Newer checkpoints of the resumed run that cannot be read, each with the reason."""
-
-    def hydra_run_dir(self, resume, default: str) -> str:
-        """Hydra's run folder (`${run_dir:...}`): the resumed run's own folder, else the one
-        claimed for this run."""
-        if not no_resume(resume):
-            return str(run_dir_of(str(resume)))
-        return str(self.run_dir) if self.run_dir is not None else default
-
-    def hold(self, run_dir: Path) -> None:
-        """Lock `run_dir` for this process unless it already holds it (a sweep's next job lets go of
-        the previous job's folder); ConfigError naming the PID of another holder."""
-        if self.lock is not None and self.lock.fd >= 0 and self.lock.folder.resolve() == run_dir.resolve():
-            return
-        if self.lock is not None:
-            self.lock.release()
-        self.lock = RunLock.acquire(run_dir)
-
-    def leave_as_found(self) -> None:
-        """Let go of a resumed run's folder, its lock file as this command found it (a resume
-        refused or stopped before it trained leaves the run as it was)."""
-        if self.lock is not None:
-            self.lock.release(as_found=True)
-
-    def discard_new_run(self, run_dir: Path) -> bool:
-        """Remove what this command made for a new run that stopped before its first checkpoint
-        (only the folder it claimed and holds; never another process's, never a checkpoint)."""
-        mine = self.new_folder is not None and self.lock is not None and self.lock.fd >= 0
-        if not mine or run_dir.resolve() != self.new_folder.resolve():
-            return False
-        return discard(run_dir, self.created)
-
-
-def hydra_subdir(resume, *_: str) -> str | None:
-    """Where Hydra records this invocation's config and overrides inside the run folder
-    (`${hydra_subdir:...}`). A resume records its own (`.hydra/resumed_<time>/`, see
-    `recording`) only once its checkpoint has loaded, so a resume that fails leaves the run
-    folder as it was. (A second argument, the timestamp configs saved before 2026-12-02 pass,
-    is ignored.)"""
-    return ".hydra" if no_resume(resume) else None
-
-
-def register_resolvers(launch: Launch) -> None:
-    """The resolvers conf/train.yaml names its run folder with (hydra.run.dir, hydra.output_subdir)."""
-    for name, resolver in (("run_dir", launch.hydra_run_dir), ("hydra_subdir", hydra_subdir)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)

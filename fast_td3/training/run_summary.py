@@ -20,6 +20,7 @@ from pathlib import Path
 
 from envs.protocol import suite_hook
 from envs.registry import load_adapter
+from fast_td3.files import RUN_BUNDLE_DIR
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.metrics_log import display_path
@@ -54,7 +55,7 @@ def best_eval(run_dir: Path) -> dict | None:
 
 def best_gate(run_dir: Path, best: dict | None) -> str | None:
     """The summary line of a best.pt the deploy gate chose (best_by=gate), None otherwise."""
-    from fast_td3.training.gate_loop import GATE_DIR, read_verdict
+    from fast_td3.training.gate_verdicts import GATE_DIR, read_verdict
 
     if best is None:
         return None
@@ -100,9 +101,17 @@ def summary(run: FinishedRun) -> str:
         (f"fast-td3-report {shlex.quote(display_path(run.sweep_dir)) if run.sweep_dir else run_arg}",
          "compare the sweep's runs in one HTML page" if run.sweep_dir else "learning curves in one HTML page"),
     ]
-    if is_t1(run.task):
+    shipped = run.run_dir / RUN_BUNDLE_DIR
+    if is_t1(run.task) and (shipped / "training.json").is_file():  # gate.ship confirmed a checkpoint
+        bundle = display_path(shipped)
+        lines.append(f"  shipped     {bundle}: the confirmed checkpoint's bundle, its gate reports and curve")
+        commands += [(f"fast-td3-play {shlex.quote(bundle)}", "watch the bundle walk the gate's joystick sequence"),
+                     (f"fast-td3-sim2sim {shlex.quote('bundle=' + bundle)} robust=true", "its robust gate, again"),
+                     (f"scp {shlex.quote(bundle + '/policy.pt')} {shlex.quote(bundle + '/T1.yaml')} <robot>:<deploy>/",
+                      "deploy: Booster's deploy code reads these two (docs/sim2real.md)")]
+    elif is_t1(run.task):
         commands.append((f"fast-td3-export {shlex.quote('checkpoint=' + run_path)} "
-                         f"{shlex.quote('out=' + run_path + '/bundle')}",
+                         f"{shlex.quote('out=' + run_path + '/' + RUN_BUNDLE_DIR)}",
                          "the deployment bundle (policy.pt, policy.onnx, T1.yaml)"))
     commands.append((f"fast-td3-train {shell_arg('resume', run_path)} total_steps={2 * run.total_steps}",
                      "train further (from the latest checkpoint)"))
@@ -120,7 +129,8 @@ def summary(run: FinishedRun) -> str:
 def finished_run_summary(cfg: TrainConfig, run_dir: Path, final: dict[str, float],
                          sweep_dir: Path | None = None) -> str:
     """`summary` of a run that trained with `cfg`; `sweep_dir` when it is one point of a sweep."""
-    return summary(FinishedRun(
-        run_dir=run_dir, task=cfg.env.task, total_steps=cfg.total_steps, final_eval=final,
+    saved = [ckpt.step_in_name(p) for p in (run_dir / "checkpoints").glob("step_*.pt")]
+    return summary(FinishedRun(  # a run the gate stopped early ends at its last checkpoint
+        run_dir=run_dir, task=cfg.env.task, total_steps=max(saved, default=cfg.total_steps), final_eval=final,
         tensorboard=cfg.logger.tensorboard, has_viewer=suite_hook(load_adapter(cfg.env.suite), "view") is not None,
         sweep_dir=sweep_dir))

@@ -9,7 +9,7 @@ with `algo.compile` the action is compiled like the update. Everything that need
 (logging, evaluation, checkpoints, the guard's verdict) happens between steps. What is not the
 loop lives in modules of its own: collector.py (the envs' half), learning.py (the learner's
 half), guards.py, and the hooks (hooks.py) that run beside it: the evaluation with best.pt
-(periodic_eval.py), the deploy gate (gate_loop.py), and a benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
+(periodic_eval.py), the deploy gate (gate_hook.py), and a benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
 `train(until_step=...)` trains to a step and may be called again to go on. The runner owns its
 state: `state()` is its checkpoint, `load_state()` puts one back.
 """
@@ -33,7 +33,7 @@ from fast_td3.training.contention import CoreMonitor
 from fast_td3.training.episodes import episode_means
 from fast_td3.training.eval_diagnostics import evaluate_in_run
 from fast_td3.training.evaluation import write_video
-from fast_td3.training.gate_loop import GateHook
+from fast_td3.training.gate_hook import GateHook
 from fast_td3.training.guards import TrainingStopped, stop_signals
 from fast_td3.training.hooks import Hook, Hooks
 from fast_td3.training.learning import Learning

@@ -32,15 +32,15 @@ from fast_td3.training.checkpoint import CheckpointMismatchError, CheckpointWrit
 from fast_td3.training.cli_checks import CONF_DIR
 from fast_td3.training.compose import RunContext, run_training
 from fast_td3.training.config import register_configs
-from fast_td3.training.preflight import LAUNCH
-from fast_td3.training.run_folder import register_resolvers, shell_arg
+from fast_td3.training.preflight import Launch, register_resolvers
+from fast_td3.training.run_folder import shell_arg
 from fast_td3.training.startup_signals import (
     defer_stops, restore_handlers, signal_exit_code, stop_if_asked, stop_name,
 )
 from fast_td3.training.train_cli import EXIT_NON_FINITE, EXIT_USER_ERROR, EXIT_WRITE_ERROR, USER_ERRORS, hydra_args
 
 register_configs()
-register_resolvers(LAUNCH)  # conf/train.yaml names the run folder through them
+register_resolvers()  # conf/train.yaml names the run folder through them (a command's own: `run`)
 
 BY_SIGNAL = None
 """The exit code of a stop by a signal: 128 + the signal (143 for SIGTERM, 130 for Ctrl-C)."""
@@ -54,9 +54,9 @@ def _refused(error: BaseException, run: RunContext) -> None:
     """A user error: one line; a new run's folder goes, a refused resume leaves its folder as it was."""
     _say_error(error, run)
     if not run.resumed and run.ranks.is_main:
-        LAUNCH.discard_new_run(run.dir)
+        run.launch.discard_new_run(run.dir)
     elif run.resumed:
-        LAUNCH.leave_as_found()
+        run.launch.leave_as_found()
 
 
 def _say_whole_line(text: str) -> None:
@@ -83,14 +83,14 @@ def _stopped(stopped, run: RunContext) -> None:
 def _interrupted(interrupt: KeyboardInterrupt, run: RunContext) -> None:
     """A second Ctrl-C (aborted mid-step), or Ctrl-C/SIGTERM before training."""
     if run.resumed:
-        LAUNCH.leave_as_found()
+        run.launch.leave_as_found()
     if has_checkpoints(run.dir):
         _say_whole_line(f"{stop_name(interrupt)}. Continue from the last checkpoint with: fast-td3-train "
                         f"{shell_arg('resume', run.dir)}")
         return
-    gone = run.ranks.is_main and LAUNCH.discard_new_run(run.dir)
+    gone = run.ranks.is_main and run.launch.discard_new_run(run.dir)
     _say_whole_line(f"{stop_name(interrupt)} before the first checkpoint: nothing to resume"
-                    + (f"; {run.dir} {'was removed' if LAUNCH.created else 'is empty again'}" if gone else ""))
+                    + (f"; {run.dir} {'was removed' if run.launch.created else 'is empty again'}" if gone else ""))
 
 
 def exit_table() -> tuple:
@@ -109,13 +109,13 @@ def exit_table() -> tuple:
     )
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig, launch: Launch) -> float | None:
+    """Hydra's task: train the run Hydra composed, in the folder it made, under `launch`'s plan."""
     from fast_td3.training import distributed
 
     hydra_cfg = HydraConfig.get()
     run = RunContext(Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), bool(cfg.resume),
-                     distributed.SINGLE)
+                     distributed.SINGLE, launch)
     if not run.resumed and cluster.continues_run(hydra_cfg, run.dir, run.overrides):
         # a requeued or retried cluster job continues as resume=<its run folder>
         cfg.resume, run.overrides, run.resumed = str(run.dir), [], True
@@ -141,23 +141,35 @@ def main(cfg: DictConfig) -> float | None:
     return final.get("eval/return_mean")
 
 
+def run(launch: Launch) -> None:
+    """Hydra, with `sys.argv`, running `main` under `launch`'s plan."""
+    register_resolvers(launch)  # hydra.run.dir: the folder the checks claimed
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+    def task(cfg: DictConfig) -> float | None:
+        return main(cfg, launch)
+
+    task()
+
+
 def cli() -> None:
-    """Our help and friendly checks first, then Hydra."""
+    """Our help and friendly checks first (they make the command's plan), then Hydra."""
     defer_stops()  # `python -m`; the console script deferred them before importing this module
+    launch = Launch()
     try:
-        args = hydra_args(sys.argv[1:])
+        args = hydra_args(sys.argv[1:], launch)
         if args is not None:
             sys.argv[1:] = args
             stop_if_asked()  # a signal during the checks: the folder they claimed goes
-            main()
+            run(launch)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM while starting up
-        if LAUNCH.resume_from is not None:
-            LAUNCH.leave_as_found()
+        if launch.resume_from is not None:
+            launch.leave_as_found()
             print(f"{stop_name(interrupt)} before training resumed; the run is as it was. Continue it with: "
-                  f"fast-td3-train {shell_arg('resume', run_dir_of(LAUNCH.resume_from))}", file=sys.stderr, flush=True)
+                  f"fast-td3-train {shell_arg('resume', run_dir_of(launch.resume_from))}", file=sys.stderr, flush=True)
         else:
-            if LAUNCH.new_folder is not None:
-                LAUNCH.discard_new_run(LAUNCH.new_folder)
+            if launch.new_folder is not None:
+                launch.discard_new_run(launch.new_folder)
             print(f"{stop_name(interrupt)} before training started: nothing to resume, no run folder kept.",
                   file=sys.stderr, flush=True)
         sys.exit(signal_exit_code(interrupt))

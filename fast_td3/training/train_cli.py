@@ -19,7 +19,7 @@ from fast_td3.training import cluster
 from fast_td3.training.checkpoint import CheckpointError
 from fast_td3.training.cli_checks import CONF_DIR, check_command_line, missing_suite, split_config_dirs, task_suites
 from fast_td3.training.config import TrainConfig, describe_fields
-from fast_td3.training.preflight import check_sweep, claim, preflight
+from fast_td3.training.preflight import Launch, check_sweep, claim, preflight
 from fast_td3.training.run_folder import no_resume, override_value
 
 # Exit codes (docs/resume.md, "Exit codes"); 1 is left to Python for our own bugs (with a traceback).
@@ -69,9 +69,10 @@ def fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
-def hydra_args(args: list[str]) -> list[str] | None:
+def hydra_args(args: list[str], launch: Launch) -> list[str] | None:
     """The arguments Hydra runs with, once every check before Hydra passed (the run folder is then
-    claimed and locked); None after printing `--help`. Exits with a one-line error otherwise."""
+    claimed and locked, and `launch` holds what the checks decided); None after printing `--help`.
+    Exits with a one-line error otherwise."""
     if "--help" in args or "-h" in args:
         try:
             print(help_text(), flush=True)
@@ -109,10 +110,10 @@ def hydra_args(args: list[str]) -> list[str] | None:
     overrides = [arg for arg in plain_args if not arg.startswith("-")]
     try:
         if not flags:
-            check_sweep(overrides, config_dirs) if multirun else preflight(overrides, config_dirs)
+            check_sweep(overrides, config_dirs) if multirun else preflight(overrides, config_dirs, launch)
         elif not info_only and not multirun:
             resume = next((override_value(o) for o in overrides if o.startswith("resume=")), None)
-            claim(overrides, None if no_resume(resume) else resume)
+            claim(overrides, None if no_resume(resume) else resume, launch)
     except (*USER_ERRORS, DeviceError) as error:
         fail(str(error))
     return args

@@ -242,3 +242,46 @@ def noisy(rng: np.random.Generator, value: np.ndarray, level: float, sensor: str
     if not level:
         return value
     return value + (2 * rng.random(np.shape(value)) - 1) * level * OBSERVATION_NOISE_SCALES[sensor]
+
+
+RANGE_OPTIONS = tuple(f.name for f in fields(PerturbationRanges) if f.name not in ("physics", "obs_noise"))
+PERTURBATION_OPTIONS = (*RANGE_OPTIONS, "obs_noise", "physics")
+"""The options that change the perturbations (`fast-td3-sim2sim robust=true <option>=...`,
+`gate.perturbations.<option>` in a training run)."""
+
+
+def _range(key: str, text: str, integer: bool = False) -> tuple[float, float] | None:
+    if text.lower() in ("off", "none", "false"):
+        return None
+    parts = text.split(",")
+    try:
+        values = tuple(int(p) if integer else float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 2:
+        example = "0,1" if integer else "0.3,1.0"
+        raise ValueError(f"{key}={text}: give a range LOW,HIGH (e.g. {key}={example}) or {key}=off")
+    return values
+
+
+def ranges_from_options(options: dict[str, str]) -> PerturbationRanges:
+    """PerturbationRanges from `key=value` options: `<kind>=LOW,HIGH` or `<kind>=off`, `obs_noise=LEVEL|off`,
+    `physics=<variant>`; kinds not named keep their defaults."""
+    changes: dict[str, Any] = {}
+    for key in RANGE_OPTIONS:
+        if key in options:
+            value = _range(key, options[key], integer=key == "action_delay")
+            if value is None and key == "push_interval":
+                raise ValueError("push_interval cannot be off; switch pushes off with push=off")
+            changes[key] = value
+    if "obs_noise" in options:
+        text = options["obs_noise"]
+        try:
+            changes["obs_noise"] = None if text.lower() in ("off", "none", "false") else float(text)
+        except ValueError:
+            raise ValueError(f"obs_noise={text}: give a level (1 = the training env's noise) or off") from None
+    if "physics" in options:
+        changes["physics"] = options["physics"]
+    ranges = replace(PerturbationRanges(), **changes)
+    ranges.check()
+    return ranges

@@ -171,7 +171,7 @@ def cli(argv: list[str] | None = None) -> None:
     if args.video is not None:
         os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before MuJoCo loads
     try:
-        from sim2real.watch import is_bundle, play_bundle  # the simulator stays out of fast_td3/
+        from sim2real.watch import is_bundle, play_bundle  # MuJoCo loads after MUJOCO_GL is chosen
 
         bundle = is_bundle(args.checkpoint)
         check_options(args, bundle)

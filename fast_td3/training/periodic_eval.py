@@ -18,8 +18,7 @@ class EvaluationHook(Hook):
         self.gate = gate
 
     def on_step(self, runner) -> None:
-        interval = runner.cfg.eval_interval
-        if interval > 0 and runner.global_step % interval == 0 and runner.global_step < runner.until_step:
+        if runner.due(runner.cfg.eval_interval) and runner.global_step < runner.until_step:
             with runner.paused():
                 runner.evaluate()
 

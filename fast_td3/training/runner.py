@@ -145,11 +145,11 @@ class Runner:
                         self.learn()
                         cores.tend(self.global_step)
                     logger.advance(self.global_step)
-                    if self._due(cfg.logger.log_interval):
+                    if self.due(cfg.logger.log_interval):
                         self.log()
                     for hook in self.hooks:
                         hook.on_step(self)
-                    if self._due(cfg.save_interval) and self.global_step < until_step:
+                    if self.due(cfg.save_interval) and self.global_step < until_step:
                         with self.paused(), self.hooks.phase("checkpoint"):
                             self._stop_if_non_finite()
                             self.save()
@@ -179,14 +179,15 @@ class Runner:
 
     def _hook_asks_to_stop(self) -> bool:
         """Asked at the logs only, so a torchrun job stops together without a collective per step."""
-        if not self._due(self.cfg.logger.log_interval):
+        if not self.due(self.cfg.logger.log_interval):
             return False
         return any([hook.should_stop(self) for hook in self.hooks])  # every hook asked: each may sync ranks
 
     def learning_started(self) -> bool:
         return self.learning.started()
 
-    def _due(self, interval: int) -> bool:
+    def due(self, interval: int) -> bool:
+        """Whether this global step is one of every `interval` (0: never): the loop's and the hooks' one schedule."""
         return interval > 0 and self.global_step % interval == 0
 
     # ================================================================ collect

@@ -312,3 +312,38 @@ def test_the_private_import_check_sees_both_spellings(tmp_path):
     modules = {"a.b": tmp_path / "b.py", "c.d": tmp_path / "d.py"}
     (tmp_path / "d.py").write_text("from a.b import _x, y\nimport a.b as m\nm._z()\nm.__doc__\n")
     assert private_imports(tmp_path / "d.py", modules) == {("a.b", "_x"), ("a.b", "_z")}
+
+
+NEEDS_PLAYGROUND = frozenset({"envs.playground.mjx", "envs.playground.mjx_batched", "envs.playground.t1_mjx"})
+"""The MJX adapter: the only modules that may need JAX or Playground to load."""
+PLAYGROUND_LIBRARIES = ("ml_collections", "jax", "jaxlib", "mujoco_playground", "playground")
+
+
+def test_all_but_the_mjx_adapter_load_without_playground():
+    """mjlab's venv (mujoco 3.11, which Playground's mujoco 4 excludes) has neither JAX nor
+    Playground: every other module, and every test file (pytest collects them all before `-m mjlab`
+    deselects), must load there. Run here with those libraries blocked."""
+    import json
+    import subprocess
+    import sys
+
+    probe = f"""
+import importlib, json, sys
+sys.path.insert(0, {str(ROOT / "tests")!r})
+for name in {PLAYGROUND_LIBRARIES!r}:
+    sys.modules[name] = None
+import pytest
+failed = {{}}
+for name in {sorted(project_modules()) + sorted(p.stem for p in (ROOT / "tests").glob("test_*.py"))!r}:
+    try:
+        importlib.import_module(name)
+    except pytest.skip.Exception:
+        pass
+    except Exception as error:
+        failed[name] = f"{{type(error).__name__}}: {{error}}"
+print(json.dumps(failed))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(failed) == NEEDS_PLAYGROUND, failed  # the adapter's own failure shows the block works

@@ -27,14 +27,16 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mujoco
 import numpy as np
-from ml_collections import config_dict
 
 from sim2real import t1
 from sim2real.t1 import perturbations
+
+if TYPE_CHECKING:  # Playground's config type; only its registry needs it, so mjlab's venv lacks it
+    from ml_collections import config_dict
 
 TERRAINS = {"T1LowDimJoystickFlatTerrain": "flat", "T1LowDimJoystickRoughTerrain": "rough"}
 PLAYGROUND_SCENES = {"flat": "T1JoystickFlatTerrain", "rough": "T1JoystickRoughTerrain"}
@@ -47,6 +49,8 @@ GATE_RANGES = perturbations.PerturbationRanges()
 
 
 def default_config() -> config_dict.ConfigDict:
+    from ml_collections import config_dict  # Playground's dependency: the scene and maths here need only MuJoCo
+
     control = t1.T1Control()
     commands = t1.CommandSpec()
     return config_dict.create(

@@ -1,17 +1,17 @@
 """One run, one device: where the time goes and how close the update is to the hardware.
 
     python scripts/bench.py                      # the table; about 6 minutes on 2 CPU cores
-    python scripts/bench.py --quick              # preset=cpu sizes only
+    python scripts/bench.py --quick              # sizing=cpu sizes only
     python scripts/bench.py --t1                 # the T1 recipe's profile only (about 4 minutes)
     python scripts/bench.py --json bench.json    # also the numbers as JSON, for tracking
 
 Reports, all measured in this run on the current device:
 - learner updates/s (one critic update; the actor on every second, as in training) at the
-  suite default sizes (batch 32768, reference networks, compiled) and at `preset=cpu`
+  suite default sizes (batch 32768, reference networks, compiled) and at `sizing=cpu`
   (batch 2048, small networks, eager), with the FLOPs of one update (counted by torch's
   FLOP counter) and the achieved FLOP/s against the device's peak;
 - env steps/s of every installed suite through its adapter (random actions);
-- an end-to-end training run (`--task`, `preset=cpu`): global steps/s after a warm-up, then
+- an end-to-end training run (`--task`, `sizing=cpu`): global steps/s after a warm-up, then
   in a second stretch of the same length (timed per phase, with device syncs on a GPU) the
   share of its wall time spent stepping envs, acting, storing, sampling, updating and
   logging ("other" includes the stretch's env reset and final checkpoint);
@@ -51,8 +51,8 @@ name (the first match wins, so the PCIe H100 comes before the SXM one)."""
 PRESET_CPU = dict(batch_size=2048, actor_hidden_dims=[256, 128], critic_hidden_dims=[256, 256])
 SIZES = {
     "suite default": dict(batch_size=32768, compile=True),
-    "preset=cpu": dict(PRESET_CPU, compile=False),
-    "preset=cpu, compiled": dict(PRESET_CPU, compile=True),  # why the preset stays eager on a CPU
+    "sizing=cpu": dict(PRESET_CPU, compile=False),
+    "sizing=cpu, compiled": dict(PRESET_CPU, compile=True),  # why the preset stays eager on a CPU
 }
 SUITE_PROBES = [  # suite, package, task, envs
     ("gymnasium", "gymnasium", "HalfCheetah-v5", 16),
@@ -153,9 +153,8 @@ def bench_suites(device: torch.device, seconds: float) -> list[dict]:
     return rows
 
 
-def bench_training(task: str, device: torch.device, warmup_steps: int, steps: int,
-                   preset: str = "cpu", extra: tuple[str, ...] = ()) -> dict:
-    """A training run of `task` with `preset`: `warmup_steps` (buffer, first updates, compiling),
+def bench_training(device: torch.device, warmup_steps: int, steps: int, run: tuple[str, ...]) -> dict:
+    """A training run of `run` (its overrides: a task or recipe, a sizing): `warmup_steps` (buffer, first updates, compiling),
     then `steps` timed for the rate, then `steps` more under the phase clock for the shares."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -165,8 +164,8 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
     from fast_td3.training.runner import Runner
     from fast_td3.training.train import CONF_DIR  # importing train registers the schema and resolvers
 
-    overrides = [f"task={task}", f"preset={preset}", "logger.console=false", "eval_interval=0", "save_interval=0",
-                 f"total_steps={warmup_steps + 2 * steps}", f"device={device}", *extra]
+    overrides = [*run, "logger.console=false", "eval_interval=0", "save_interval=0",
+                 f"total_steps={warmup_steps + 2 * steps}", f"device={device}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = OmegaConf.to_object(compose("train", overrides))
     silence_library_noise(cfg.env.suite)
@@ -185,7 +184,7 @@ def bench_training(task: str, device: torch.device, warmup_steps: int, steps: in
         split = update_split(runner)
         precision = runner.agent.precision.name
     updates = steps * cfg.algo.num_updates
-    return {"task": task, "preset": preset, "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "steps": steps,
+    return {"task": cfg.env.task, "run": " ".join(run), "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "steps": steps,
             "algo": cfg.algo.name, "compiled": cfg.algo.compile, "precision": precision,
             "mirrored": cfg.algo.symmetry, "global_steps_per_s": steps / wall,
             "env_steps_per_s": steps * cfg.env.num_envs / wall, "updates_per_s": updates / wall,
@@ -260,15 +259,15 @@ def peak_memory_mb(device: torch.device) -> dict:
     return out
 
 
-T1_RECIPE = ("T1LowDimJoystickFlatTerrain", "cpu_t1_robust", ("gate=off",))
-"""The shipped T1 recipe's run (task, preset, overrides); its gate child is measured apart
+T1_RECIPE = ("recipe=t1", "sizing=cpu", "gate=off")
+"""The shipped T1 recipe's run; its gate child is measured apart
 (scripts/bench_gate_overhead.py), as it runs every 2000 steps, not every step."""
 
 
 def print_training(t: dict, peaks: dict[str, float]) -> None:
     """The end-to-end run: rates, the update phase's FLOP/s against the peak of its precision,
     and each phase's share of the wall time."""
-    print(f"\nEnd to end, {t['task']} preset={t['preset']} ({t['algo']}, {t['envs']} envs, batch {t['batch']}"
+    print(f"\nEnd to end, {t['task']}, {t['run']} ({t['algo']}, {t['envs']} envs, batch {t['batch']}"
           f"{' + mirrored' if t['mirrored'] else ''}, {'compiled' if t['compiled'] else 'eager'} {t['precision']}): "
           f"{t['global_steps_per_s']:.2f} global steps/s ({t['env_steps_per_s']:.0f} env steps/s, "
           f"{t['updates_per_s']:.1f} updates/s) over {t['steps']} steps")
@@ -289,10 +288,10 @@ def print_training(t: dict, peaks: dict[str, float]) -> None:
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--quick", action="store_true", help="preset=cpu sizes only (no full-size compile)")
+    parser.add_argument("--quick", action="store_true", help="sizing=cpu sizes only (no full-size compile)")
     parser.add_argument("--t1", action="store_true",
-                        help="only the T1 recipe's profile (preset=cpu_t1_robust, gate off): about 4 minutes on 2 cores")
-    parser.add_argument("--task", default="HalfCheetah-v5", help="task of the end-to-end run (preset=cpu)")
+                        help="only the T1 recipe's profile (recipe=t1, gate off): about 4 minutes on 2 cores")
+    parser.add_argument("--task", default="HalfCheetah-v5", help="task of the end-to-end run (sizing=cpu)")
     parser.add_argument("--steps", type=whole(1, STEPS_MAX), default=300, help="measured global steps of the end-to-end run")
     parser.add_argument("--seconds", type=number(0, SECONDS_MAX), default=3.0, help="timed span per rate")
     parser.add_argument("--json", type=file_out(), default=None)
@@ -303,13 +302,12 @@ def main() -> None:
     peak, peak_source = peaks["bf16"]
     updates, suites = [], []
     if args.t1:
-        task, preset, extra = T1_RECIPE
-        training = bench_training(task, device, warmup_steps=60, steps=args.steps, preset=preset, extra=extra)
+        training = bench_training(device, warmup_steps=60, steps=args.steps, run=T1_RECIPE)
     else:
-        sizes = ["preset=cpu"] if args.quick else list(SIZES)
+        sizes = ["sizing=cpu"] if args.quick else list(SIZES)
         updates = bench_updates(sizes, device, args.seconds)
         suites = bench_suites(device, args.seconds)
-        training = bench_training(args.task, device, warmup_steps=60, steps=args.steps)
+        training = bench_training(device, warmup_steps=60, steps=args.steps, run=(f"task={args.task}", "sizing=cpu"))
     memory = peak_memory_mb(device)
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()

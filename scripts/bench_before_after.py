@@ -2,7 +2,7 @@
 
     python scripts/bench_before_after.py --base 0cfddc1
     python scripts/bench_before_after.py --base HEAD~3 --steps 600 --rounds 3 \
-        --case "HalfCheetah-v5 preset=cpu" --case "CheetahRun preset=cpu env.num_envs=1024"
+        --case "HalfCheetah-v5 sizing=cpu" --case "CheetahRun sizing=cpu env.num_envs=1024"
 
 `--base` is checked out into a temporary git worktree; each case then trains alternately with
 the base tree and this one (`python -m fast_td3.training.train` with PYTHONPATH set to the tree, same
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from fast_td3.learner.precision import cpu_model  # noqa: E402
 from fast_td3.command_line import STEPS_MAX, ArgumentParser, whole
 
-DEFAULT_CASES = ["HalfCheetah-v5 preset=cpu", "CheetahRun preset=cpu env.num_envs=1024"]
+DEFAULT_CASES = ["HalfCheetah-v5 sizing=cpu", "CheetahRun sizing=cpu env.num_envs=1024"]
 
 
 def run_once(tree: Path, case: str, steps: int, out: Path) -> float:

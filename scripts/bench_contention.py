@@ -1,7 +1,7 @@
 """Training speed beside a process that holds one core: the thread count adapting, and fixed.
 
-Runs the real CLI on the quick start (`preset=cpu`, InvertedPendulum-v5) and a short T1 recipe
-(`preset=cpu_t1_robust`, gate off), each alone and beside a one-core spinner, in two ways:
+Runs the real CLI on the quick start (`sizing=cpu`, InvertedPendulum-v5) and a short T1 recipe
+(`recipe=t1`, gate off), each alone and beside a one-core spinner, in two ways:
 - "ours": the trainer as shipped (one torch thread fewer per core that other processes take,
   fast_td3/training/contention.py);
 - "before": the thread count fixed at every core (FAST_TD3_THREADS), what a run did before.
@@ -32,8 +32,8 @@ from fast_td3.command_line import SECONDS_MAX, ArgumentParser, number, whole
 
 TRAIN = str(Path(sys.executable).parent / "fast-td3-train")
 WORKLOADS = {
-    "quick": ["preset=cpu", "total_steps=600", "eval_interval=0", "logger.log_interval=20"],
-    "t1": ["task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust", "gate=off", "total_steps=400",
+    "quick": ["sizing=cpu", "total_steps=600", "eval_interval=0", "logger.log_interval=20"],
+    "t1": ["recipe=t1", "sizing=cpu", "gate=off", "total_steps=400",
            "eval_interval=0", "logger.log_interval=20"],
 }
 SPIN = [sys.executable, "-c", "while True: pass"]

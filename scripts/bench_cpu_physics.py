@@ -12,14 +12,14 @@ Five tables, every ratio measured here in this run:
    `reset(env_ids)` (what the adapter does) against letting EnvPool spend a step on the
    reset and dropping that transition, in useful transitions/s (random actions: the
    humanoids fall every 30-50 steps, about the worst case);
-3. overlap: EnvPool stepping asynchronously (send/recv) while a preset=cpu update runs,
+3. overlap: EnvPool stepping asynchronously (send/recv) while a sizing=cpu update runs,
    against stepping and updating in turn;
-4. end to end: global steps/s of `fast-td3-train task=<task> preset=cpu` on each backend
+4. end to end: global steps/s of `fast-td3-train task=<task> sizing=cpu` on each backend
    (the mean over the logs after the first, so MJX's compile is left out);
 5. `T1LowDimJoystickFlatTerrain` (`envs/playground/t1_lowdim.py` on MJX, `envs/playground/t1_native.py` on native
    MuJoCo): env steps/s at 16, 64 and 256 envs, native over MJX (alternating bursts, the
    median of each: the load of a shared machine weighs on both alike), build times (MJX: cold
-   compile), and end to end global steps/s of `preset=cpu` on both.
+   compile), and end to end global steps/s of `sizing=cpu` on both.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def reset_strategies(task: str, num_envs: int, seconds: float) -> dict[str, floa
 
 def overlap(task: str, num_envs: int, seconds: float) -> dict[str, float]:
     """Global steps/s of [env step, update] in turn vs EnvPool stepping (send/recv) while
-    the learner updates (preset=cpu networks and batch, bf16, eager, T1-sized observations)."""
+    the learner updates (sizing=cpu networks and batch, bf16, eager, T1-sized observations)."""
     import envpool
 
     from envs.playground.envpool import default_threads, env_seeds, envpool_id, lean_base_path
@@ -187,7 +187,7 @@ def end_to_end(task: str, backend: str, steps: int, num_envs: int) -> float:
     from fast_td3.training.metrics_log import read_metrics
 
     with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, "-m", "fast_td3.training.train", f"task={task}", "preset=cpu", f"env.num_envs={num_envs}",
+        command = [sys.executable, "-m", "fast_td3.training.train", f"task={task}", "sizing=cpu", f"env.num_envs={num_envs}",
                    f"env.options.backend={backend}", f"total_steps={steps}", f"logger.log_interval={steps // 5}",
                    f"eval_interval={steps * 10}", f"save_interval={steps * 10}", "logger.console=false",
                    f"out_dir={out}"]
@@ -270,17 +270,17 @@ def humanoids(args, results) -> None:
     ratio_table(args, results, "reset", reset_strategies, ("same_step_reset", "next_step_reset_dropped"),
                 ("same-step reset", "next-step, dropped"), "   (transitions/s)", ".0f")
     ratio_table(args, results, "overlap", overlap, ("overlapped", "in_turn"), ("overlapped", "step, update"),
-                "   (global steps/s: EnvPool send/recv around a preset=cpu update)", ".1f")
+                "   (global steps/s: EnvPool send/recv around a sizing=cpu update)", ".1f")
 
     end_to_end_table(args, results["end_to_end"], args.tasks, "envpool")
 
 
 def end_to_end_table(args, rows: list, tasks: list[str], backend: str, num_envs: int = 16) -> None:
-    """Global steps/s of `fast-td3-train preset=cpu` on MJX and on `backend`, and their ratio."""
+    """Global steps/s of `fast-td3-train sizing=cpu` on MJX and on `backend`, and their ratio."""
     if not args.e2e_steps:
         return
     print(f"\n{'task':<30}{'envs':>6}{'MJX global steps/s':>20}{backend + ' global steps/s':>24}{'ratio':>8}"
-          f"   (fast-td3-train preset=cpu, {args.e2e_steps} steps)")
+          f"   (fast-td3-train sizing=cpu, {args.e2e_steps} steps)")
     for task in tasks:
         mjx, other = (end_to_end(task, b, args.e2e_steps, num_envs) for b in ("mjx", backend))
         print(f"{task:<30}{num_envs:>6}{mjx:>20.1f}{other:>24.1f}{other / mjx:>7.2f}x", flush=True)

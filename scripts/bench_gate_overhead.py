@@ -2,7 +2,7 @@
 gate on (`conf/gate/t1.yaml`: every 2000 steps, nominal + 10 trials, in a background process),
 measured in one invocation, one after the other.
 
-    python scripts/bench_gate_overhead.py                          # 6000 steps each, preset=cpu_t1_nominal
+    python scripts/bench_gate_overhead.py                          # 6000 steps each, recipe=t1_nominal
     python scripts/bench_gate_overhead.py --steps 4000 --json gate_overhead.json
 
 Prints, for each run, the wall time of the process and the mean training rate (global steps/s
@@ -29,7 +29,7 @@ from fast_td3.command_line import STEPS_MAX, ArgumentParser, file_out, whole
 
 
 def one_run(steps: int, gate: list[str], folder: Path, extra: list[str]) -> dict:
-    command = [sys.executable, "-m", "fast_td3.training.train", "task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_nominal",
+    command = [sys.executable, "-m", "fast_td3.training.train", "recipe=t1_nominal", "sizing=cpu",
                f"total_steps={steps}", "logger.console=false", f"hydra.run.dir={folder}", *gate, *extra]
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=dict(os.environ))
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"cpu": cpu_model(), "cores": os.cpu_count(), "steps": args.steps, "gate_off": off, "gate_on": on,
               "overhead_wall": 1 - off["wall_s"] / on["wall_s"],
               "overhead_training_rate": 1 - on["steps_per_s"] / off["steps_per_s"]}
-    print(f"CPU: {result['cpu']} ({result['cores']} cores); {args.steps} global steps, preset=cpu_t1_nominal")
+    print(f"CPU: {result['cpu']} ({result['cores']} cores); {args.steps} global steps, recipe=t1_nominal")
     for name, run in (("gate=off", off), ("gate on", on)):
         print(f"  {name:<9} wall {run['wall_s']:7.1f} s, training {run['steps_per_s']:6.2f} global steps/s, "
               f"{run['gates']} gates {run['gate_wall_s']}")

@@ -3,7 +3,7 @@
     python scripts/bench_overlap.py                               # HalfCheetah-v5, 64 envs in worker processes
     python scripts/bench_overlap.py --task Humanoid-v5 --num-envs 32 --updates 2
 
-One global step is one env step plus `--updates` learner updates at `preset=cpu` sizes.
+One global step is one env step plus `--updates` learner updates at `sizing=cpu` sizes.
 `sequential` runs them one after the other, as the runner does; `overlapped` hands the env
 step to a thread (the adapter waits on its worker processes without holding the GIL) and
 updates meanwhile on data already stored, the only order overlap allows. Both are timed

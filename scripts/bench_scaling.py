@@ -21,7 +21,7 @@ import numpy as np
 from fast_td3.command_line import STEPS_MAX, ArgumentParser, file_out, whole
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OVERRIDES = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=16"]
+DEFAULT_OVERRIDES = ["task=InvertedPendulum-v5", "sizing=cpu", "env.num_envs=16"]
 
 
 def run(ranks: int, steps: int, overrides: list[str]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from fast_td3.training.threads import THREADS_ENV, cores_available  # noqa: E402
 from fast_td3.command_line import STEPS_MAX, ArgumentParser, whole
 
 BIN = Path(sys.executable).parent
-RUN = ["preset=cpu", "task=HalfCheetah-v5", "eval_interval=0", "save_interval=0", "logger.console=false",
+RUN = ["sizing=cpu", "task=HalfCheetah-v5", "eval_interval=0", "save_interval=0", "logger.console=false",
        "logger.log_interval=50", "algo.learning_starts=10"]
 
 
@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--torchrun", action="store_true", help="also an N-rank torchrun job")
     args = parser.parse_args()
     cores = cores_available()
-    print(f"CPU: {cpu_model()}, {cores} cores; {args.processes} processes, HalfCheetah-v5 preset=cpu\n")
+    print(f"CPU: {cpu_model()}, {cores} cores; {args.processes} processes, HalfCheetah-v5 sizing=cpu\n")
     print("| launch | threads per process | global steps/s (all processes) |\n|---|---|---:|")
     cases = [("sweep", sweep)] + ([("torchrun", torchrun)] if args.torchrun else [])
     for name, launch in cases:

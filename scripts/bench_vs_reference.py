@@ -17,7 +17,7 @@ the printed ratios compare like with like under the same machine load.
 Before timing, the maths is checked: with the same weights, the same batch and the same
 smoothing noise, the reference's and our critic and actor losses agree (fp32).
 
-Sizes: `cpu` is our `preset=cpu` (16 envs, batch 2048, eager) with networks of
+Sizes: `cpu` is our `sizing=cpu` (16 envs, batch 2048, eager) with networks of
 256-128-64 (the reference sizes its layers as width, width/2, width/4, so our preset's
 exact widths cannot be built there); `full` is the suite default (1024 envs, batch 32768,
 actor 512-256-128, critic 1024-512-256, compiled).

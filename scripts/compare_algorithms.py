@@ -3,7 +3,7 @@
     python scripts/compare_algorithms.py --tasks Hopper-v5 Walker2d-v5 --seeds 1 2 3 --budget 150 \
         --out /tmp/compare --json compare.json
 
-For each task and seed, `fast-td3-train algo=fast_td3 preset=cpu ...` and `algo=fast_sac` run
+For each task and seed, `fast-td3-train algo=fast_td3 sizing=cpu ...` and `algo=fast_sac` run
 at the same time (one torch thread each, so both see the same machine load), each stopped
 with SIGINT after `--budget` seconds from its launch (the trainer saves a checkpoint after the
 current global step). Then `fast-td3-eval` scores each final checkpoint (10 deterministic
@@ -34,7 +34,7 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 def launch(algo: str, task: str, seed: int, run_dir: Path, extra: list[str]) -> subprocess.Popen:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    command = [str(BIN / "fast-td3-train"), f"algo={algo}", f"task={task}", "preset=cpu", f"seed={seed}",
+    command = [str(BIN / "fast-td3-train"), f"algo={algo}", f"task={task}", "sizing=cpu", f"seed={seed}",
                "total_steps=10000000", "eval_interval=0", "save_interval=0", "logger.console=false",
                "logger.log_interval=50", f"hydra.run.dir={run_dir}", *extra]
     env = dict(os.environ, FAST_TD3_THREADS="1")

@@ -19,9 +19,10 @@ What it measures, each in this one run:
 3. **Hot path**: aten launches per steady-state global step outside the env (collect, sample,
    update) and host syncs outside the env (`fast_td3/analysis/hot_path.py`; the test pins them).
 4. **Peak memory** of the device (and the host process).
-5. **Sim-to-sim**: `T1LowDimJoystickFlatTerrain` trained briefly on this device, exported, and
-   run through `fast-td3-sim2sim` (5 s segments; an untrained policy is expected to fail the
-   gate, the check is that the chain runs), and the shipped `sim2real/pretrained/t1_flat`
+5. **Sim-to-sim**: the T1 recipe (`recipe=t1`) at the GPU's sizes (`sizing=gpu`: 4096 envs,
+   FastSAC with the mirror, compiled; never measured before a GPU runs it) trained for 300 global
+   steps on this device, exported, and run through `fast-td3-sim2sim` (5 s segments; a policy this
+   young is expected to fail the gate, the check is that the chain runs), and the shipped `sim2real/pretrained/t1_flat`
    bundle through the full gate (expected to pass).
 """
 
@@ -48,7 +49,7 @@ from fast_td3.command_line import SECONDS_MAX, STEPS_MAX, ArgumentParser, file_o
 REFERENCE = ["task=T1JoystickFlatTerrain", "algo.compile=true", "logger.console=false", "eval_episodes=128",
              "save_interval=0", "eval_interval=0"]
 """T1 at the reference's settings: the Playground suite's 1024 envs, batch 32768, full networks."""
-TINY = ["task=T1JoystickFlatTerrain", "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=64",
+TINY = ["task=T1JoystickFlatTerrain", "sizing=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=64",
         "algo.learning_starts=4", "env.max_episode_steps=20", "eval_episodes=2", "logger.console=false",
         "save_interval=0", "eval_interval=0"]
 TINY_UPDATE = dict(batch_size=256, actor_hidden_dims=[64, 64], critic_hidden_dims=[64, 64], compile=False)
@@ -124,10 +125,12 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     from sim2real import sim2sim, t1_bundle
     from sim2real.export import export_bundle
 
-    steps = 20 if tiny else 1000
-    cfg = compose(["task=T1LowDimJoystickFlatTerrain", f"device={device}", f"total_steps={steps}", "eval_interval=0",
-                   "save_interval=0", "logger.console=false", "env.options.push=false"]
-                  + (["preset=cpu", "env.num_envs=2", "algo.batch_size=32", "algo.learning_starts=5"] if tiny else []))
+    steps = 20 if tiny else 300
+    # the T1 recipe at the GPU's sizes (conf/recipe_sizing/t1_gpu.yaml); its gate runs here after
+    cfg = compose(["recipe=t1", f"sizing={'cpu' if tiny else 'gpu'}", "gate=off", f"device={device}",
+                   f"total_steps={steps}", "eval_interval=0", "save_interval=0", "logger.console=false"]
+                  + (["env.num_envs=2", "algo.batch_size=32", "algo.learning_starts=5", "algo.compile=false"]
+                     if tiny else []))
     with Runner.from_config(cfg, run_dir, evaluation=False, say=lambda *args, **kwargs: None) as runner:
         runner.train()
     start = time.perf_counter()
@@ -135,6 +138,7 @@ def check_sim2sim(device: torch.device, tiny: bool, run_dir: Path) -> dict:
     trained = sim2sim.run(t1_bundle.load_bundle(bundle), seconds=5.0)
     shipped = sim2sim.run(t1_bundle.load_bundle(t1_bundle.PRETRAINED / "t1_flat"), seconds=5.0 if tiny else 20.0)
     return {"task": cfg.env.task, "backend": cfg.env.options.get("backend"), "steps": steps,
+            "envs": cfg.env.num_envs, "batch": cfg.algo.batch_size, "algo": cfg.algo.name,
             "export_and_gate_s": time.perf_counter() - start,
             "trained_gate_passed": trained.passed, "trained_seconds_walked": trained.seconds_walked,
             "shipped_gate_passed": shipped.passed, "shipped_seconds_walked": shipped.seconds_walked}
@@ -168,7 +172,8 @@ def markdown(report: dict) -> str:
              + f", {len(t['hot_path']['host_syncs'])} host syncs outside the env"
              + (f" (count failed: {t['hot_path']['error']})" if "error" in t["hot_path"] else "") + " |",
              f"| peak memory | device {t.get('device_peak_mb', float('nan')):.0f} MB, host {t['host_peak_mb']:.0f} MB |",
-             f"| sim-to-sim | {s['task']} after {s['steps']} steps: exported and gated in {s['export_and_gate_s']:.1f} s "
+             f"| sim-to-sim | recipe=t1 ({s['task']}, {s['algo']}, {s['envs']} envs, batch {s['batch']}) after "
+             f"{s['steps']} steps: exported and gated in {s['export_and_gate_s']:.1f} s "
              f"(passed: {s['trained_gate_passed']}, {s['trained_seconds_walked']:.1f} s walked); shipped t1_flat "
              f"passed: {s['shipped_gate_passed']} |"]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent
 TRAIN, EVAL, PLAY, EXPORT = (str(BIN / name) for name in
                              ("fast-td3-train", "fast-td3-eval", "fast-td3-play", "fast-td3-export"))
 QUICK = [
-    "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=3",
+    "sizing=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=3",
     "algo.actor_hidden_dims=[32,32]", "algo.critic_hidden_dims=[64,64]", "algo.precision=fp32",
     "algo.compile=false", "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false",
     "eval_interval=0",
@@ -92,7 +92,9 @@ FAST = [
     (["algo.actor_hidden_dims=[1,2"], "malformed override 'algo.actor_hidden_dims=[1,2'"),
     (["justaword"], "malformed override 'justaword'"),
     (["logger=nope"], "Unknown logger option 'nope'"),
-    (["preset=gpu"], "Did you mean 'cpu'"),
+    (["sizing=gpus"], "Did you mean 'gpu'"),
+    (["recipe=t1_robust"], "Options of recipe (conf/recipe/): t1, t1_nominal, null"),
+    (["preset=cpu_t1_robust"], "preset= is gone: a machine's sizes are sizing=cpu|gpu"),
     (["reward=tunde"], "Did you mean 'tuned'"),
     (["env.num_envs=0"], "env.num_envs must be >= 1, got 0"),
     (["algo.gamma=2"], "gamma must be in [0, 1], got 2.0"),
@@ -126,14 +128,14 @@ FAST = [
     (["resolved.precision=bf16"], "resolved.precision=bf16 has no effect: the trainer writes resolved.*"),
     (["distributed.batch=split"], "it applies to runs launched with torchrun"),
     (["-m", "seed=1,2", "hydra.run.dir=here"], "hydra.run.dir=here has no effect in a sweep (-m)"),
-    (["--config-dir", "nowhere", "preset=mine"], "--config-dir nowhere: no such folder"),
+    (["--config-dir", "nowhere", "sizing=mine"], "--config-dir nowhere: no such folder"),
     # Hydra's and OmegaConf's own messages (issue 64): each was a page, a traceback or a usage block
     (["algo.v_max=inf"], "algo.v_max=inf: give a finite number"),
     (["algo.actor_lr=nan"], "algo.actor_lr=nan: give a finite number"),
     (["~seed"], "~seed: seed is a setting of fast-td3-train and cannot be removed"),
     (["hydra.run.dir"], "malformed override 'hydra.run.dir'"),
     (["hydra.job.chdir=maybe"], "hydra.job.chdir=maybe: hydra.job.chdir takes true or false"),
-    (["preset=cpu,cpu_t1"], "a sweep over them needs -m (fast-td3-train -m preset=cpu,cpu_t1)"),
+    (["sizing=cpu,gpu"], "a sweep over them needs -m (fast-td3-train -m sizing=cpu,gpu)"),
     (["--cfg", "nope"], "argument --cfg/-c: invalid choice: 'nope'"),
     (["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=-1", "seed=1,2"],
      "hydra.launcher.timeout_min=-1: give a whole number, 1 or more"),

@@ -40,7 +40,8 @@ def test_update_flops_scale_with_the_batch_and_count_the_matmuls():
 
 
 def test_training_time_split_covers_the_loop():
-    result = bench.bench_training("InvertedPendulum-v5", torch.device("cpu"), warmup_steps=15, steps=10)
+    result = bench.bench_training(torch.device("cpu"), warmup_steps=15, steps=10,
+                                 run=("task=InvertedPendulum-v5", "sizing=cpu"))
     shares = result["time_shares"]
     assert set(shares) >= {"env step", "act", "store", "sample", "update", "eval", "checkpoint", "other"}
     measured = sum(v for k, v in shares.items() if k != "other")

@@ -22,7 +22,7 @@ EVAL = str(BIN / "fast-td3-eval")
 PLAY = str(BIN / "fast-td3-play")
 # Small and quick: the tiny learner on InvertedPendulum, no console noise.
 QUICK = [
-    "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500",
+    "sizing=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500",
     "algo.actor_hidden_dims=[32,32]", "algo.critic_hidden_dims=[64,64]", "algo.precision=fp32",
     "eval_episodes=2", "logger.console=false",
 ]
@@ -55,15 +55,15 @@ def finished_run(five_steps, tmp_path):
 def test_help_and_cfg_job_show_the_composed_config(tmp_path):
     helped = run([TRAIN, "--help"], tmp_path)
     assert helped.returncode == 0
-    assert "HalfCheetah-v5" in helped.stdout and "preset: cpu" in helped.stdout
+    assert "HalfCheetah-v5" in helped.stdout and "sizing: cpu, gpu" in helped.stdout and "recipe: t1, t1_nominal" in helped.stdout
     # every key with its default and the one-line doc from fast_td3/training/config.py
     assert "algo.batch_size = 32768\n      Transitions per update" in helped.stdout
     assert "logger.wandb_mode = disabled\n      wandb:" in helped.stdout
-    shown = run([TRAIN, "--cfg", "job", "task=HalfCheetah-v5", "preset=cpu", "seed=7"], tmp_path)
+    shown = run([TRAIN, "--cfg", "job", "task=HalfCheetah-v5", "sizing=cpu", "seed=7"], tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "task: HalfCheetah-v5" in shown.stdout and "seed: 7" in shown.stdout
     assert "v_max: 1500.0" in shown.stdout  # the task file's support bounds
-    assert "batch_size: 2048" in shown.stdout  # preset=cpu, applied after the task
+    assert "batch_size: 2048" in shown.stdout  # sizing=cpu, applied after the task
 
 
 def test_unknown_task_lists_valid_tasks_and_suggests_the_nearest(tmp_path):

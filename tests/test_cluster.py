@@ -25,7 +25,7 @@ from fast_td3.training.metrics_log import read_metrics
 from fast_td3.training.threads import thread_share
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=3",
+TINY = ["sizing=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=3",
         "algo.precision=fp32", "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false"]
 SUBMITIT_LOCAL = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 

@@ -131,7 +131,7 @@ def test_split_batch_gives_each_rank_its_share():
 
 
 # ---------------------------------------------------------------- the CLI under torchrun
-COMMON = ["task=InvertedPendulum-v5", "preset=cpu", "env.num_envs=4", "algo.batch_size=64",
+COMMON = ["task=InvertedPendulum-v5", "sizing=cpu", "env.num_envs=4", "algo.batch_size=64",
           "algo.learning_starts=5", "eval_interval=20", "save_interval=20", "eval_episodes=3",
           "logger.log_interval=10", "logger.console=false"]
 

@@ -239,7 +239,7 @@ def test_unknown_id_suggests_the_nearest_preset():
 def test_missing_humanoid_bench_prints_the_install_commands(tmp_path):
     with pytest.raises(MissingSuiteError, match="pip install --no-deps -e humanoid-bench"):
         make_env("humanoid_bench", "h1hand-walk-v0", num_envs=1, seed=0)
-    result = subprocess.run([str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "preset=cpu"], cwd=tmp_path,
+    result = subprocess.run([str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "sizing=cpu"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     for line in ("python -m venv .venv-hb", 'pip install -e ".[humanoid-bench]"',
@@ -552,7 +552,7 @@ def test_a_short_training_run_starts_logs_and_films_its_evaluation(tmp_path):
     from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "preset=cpu", "env.num_envs=4",
+        [str(BIN / "fast-td3-train"), "task=h1hand-walk-v0", "sizing=cpu", "env.num_envs=4",
          "env.options.num_workers=2", "algo.batch_size=64", "algo.buffer_size=200", "total_steps=30",
          "eval_interval=30", "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false", "logger.log_interval=10", "eval_video=true",
          "hydra.run.dir=run"],

@@ -87,7 +87,7 @@ def cli(tool, *args, cwd, timeout=900):
 def test_train_checkpoint_resume_and_play_on_g1(tmp_path):
     """A few hundred training steps end to end through the CLI, a resume, then fast-td3-play
     records the policy."""
-    quick = ["task=" + G1, "preset=cpu", "env.num_envs=4", "algo.batch_size=256", "algo.buffer_size=400",
+    quick = ["task=" + G1, "sizing=cpu", "env.num_envs=4", "algo.batch_size=256", "algo.buffer_size=400",
              "algo.num_updates=1", "algo.learning_starts=20", "eval_episodes=2", "eval_interval=0",
              "save_interval=100", "env.max_episode_steps=100", "logger.console=false", "hydra.run.dir=run"]
     trained = cli("fast-td3-train", *quick, "total_steps=200", cwd=tmp_path)

@@ -225,7 +225,7 @@ def test_push_switch_maps_to_the_tasks_own_key():
 def test_unknown_reward_term_from_the_command_line(tmp_path):
     """No `+` needed for a reward scale; a typo exits 2 listing the valid terms, before any compile."""
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "preset=cpu", "env.options.backend=mjx",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "sizing=cpu", "env.options.backend=mjx",
          "env.reward_scales.feet_slipp=-1", f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )
@@ -365,7 +365,7 @@ def test_training_run_through_the_cli_logs_reward_terms_and_eval_videos(tmp_path
     from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", f"task={DMC_TASK}", "preset=cpu", "env.num_envs=4",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={DMC_TASK}", "sizing=cpu", "env.num_envs=4",
          # as many eval episodes as training envs: the eval envs reuse the training envs' traced step
          "env.max_episode_steps=20", "total_steps=60", "eval_interval=30", "save_interval=60", "eval_episodes=4",
          "eval_video=true", "logger.log_interval=20", "algo.batch_size=64", "algo.learning_starts=5",
@@ -399,7 +399,7 @@ def test_asymmetric_humanoid_trains_through_the_cli_with_tuned_rewards(tmp_path)
     from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "preset=cpu", "reward=tuned",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={HUMANOID_TASK}", "sizing=cpu", "reward=tuned",
          "env.options.backend=mjx",
          "env.reward_scales.action_rate=-0.2", "env.num_envs=4", "eval_episodes=4", "env.max_episode_steps=10",
          "total_steps=30", "eval_interval=30", "save_interval=30", "logger.log_interval=10", "algo.batch_size=64",
@@ -447,7 +447,7 @@ LEARNING_OVERRIDES = [
 
 @pytest.mark.slow
 def test_learns_walker_stand_on_cpu(tmp_path):
-    """FastTD3 through the CLI with preset=cpu on MJX WalkerStand (500-step episodes, 48k env
+    """FastTD3 through the CLI with sizing=cpu on MJX WalkerStand (500-step episodes, 48k env
     steps, 2-6 minutes): the deterministic eval return reaches 2.5x that of the zero-action
     policy from the same initial states (about 60: the walker collapses), about 150. The curve
     depends on the CPU (`auto` precision is bf16 on some, fp32 on others) and the thread timing;
@@ -457,7 +457,7 @@ def test_learns_walker_stand_on_cpu(tmp_path):
     from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", f"task={LEARNING_TASK}", "preset=cpu", *LEARNING_OVERRIDES,
+        [sys.executable, "-m", "fast_td3.training.train", f"task={LEARNING_TASK}", "sizing=cpu", *LEARNING_OVERRIDES,
          f"out_dir={tmp_path}"],
         capture_output=True, text=True, cwd=ROOT, timeout=1500,
     )

@@ -312,12 +312,12 @@ def test_reset_with_a_seed_rebuilds_the_same_initial_states():
 
 
 def test_t1_trains_on_envpool_through_the_cli(tmp_path):
-    """`task=T1JoystickFlatTerrain preset=cpu` on a CPU machine runs on EnvPool (the log
+    """`task=T1JoystickFlatTerrain sizing=cpu` on a CPU machine runs on EnvPool (the log
     names it), with the tuned reward, time-outs and per-episode reward terms."""
     from fast_td3.training.metrics_log import read_metrics
 
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", f"task={T1}", "preset=cpu", "reward=tuned", "env.num_envs=8",
+        [sys.executable, "-m", "fast_td3.training.train", f"task={T1}", "sizing=cpu", "reward=tuned", "env.num_envs=8",
          "eval_episodes=2", "env.max_episode_steps=10", "total_steps=40", "eval_interval=40", "save_interval=40",
          "logger.log_interval=10", "algo.batch_size=64", "algo.learning_starts=5", "logger.console=false",
          f"out_dir={tmp_path}"],

@@ -71,7 +71,7 @@ COMMANDS: dict[str, Command] = {
     "fast-td3-ship": Command(ENTRIES["fast-td3-ship"], {"run": "run"}, ("--step", "10")),
     "fast-td3-export": Command(ENTRIES["fast-td3-export"], key_values={"checkpoint=run": None, "out=new_bundle": None}),
     "fast-td3-sim2sim": Command(ENTRIES["fast-td3-sim2sim"], key_values={"bundle=bundle": None}),
-    "fast-td3-train": Command(ENTRIES["fast-td3-train"], key_values={"task=HalfCheetah-v5": None, "preset=cpu": None,
+    "fast-td3-train": Command(ENTRIES["fast-td3-train"], key_values={"task=HalfCheetah-v5": None, "sizing=cpu": None,
                                                                     "total_steps=5": None, "hydra.run.dir=new_run": None}),
     "python -m fast_td3.analysis.recipe_table": Command("fast_td3.analysis.recipe_table:main", {"paths": "run"}),
     "python -m fast_td3.training.cluster": Command("fast_td3.training.cluster:main"),

@@ -13,7 +13,7 @@ TRAIN = str(Path(sys.executable).parent / "fast-td3-train")
 
 def train(tmp_path, *overrides, timeout):
     result = subprocess.run(
-        [TRAIN, "preset=cpu", "logger.console=false", "hydra.run.dir=run", *overrides],
+        [TRAIN, "sizing=cpu", "logger.console=false", "hydra.run.dir=run", *overrides],
         cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -24,7 +24,7 @@ def train(tmp_path, *overrides, timeout):
 # checks (tests/test_learning.py) and this command at toy length (tests/test_cli.py).
 @pytest.mark.slow
 def test_inverted_pendulum_is_balanced_for_the_whole_episode(tmp_path):
-    """preset=cpu solves InvertedPendulum-v5 (max 1000) in about 12k env steps (~30 s)."""
+    """sizing=cpu solves InvertedPendulum-v5 (max 1000) in about 12k env steps (~30 s)."""
     evals = train(tmp_path, "task=InvertedPendulum-v5", "total_steps=1000", "eval_interval=250", "seed=1",
                   timeout=600)
     assert evals[0]["step"] == 250 and evals[0]["eval/return_mean"] < 200  # it starts out falling

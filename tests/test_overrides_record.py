@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = [
-    "preset=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=5",
+    "sizing=cpu", "env.num_envs=4", "algo.batch_size=64", "algo.buffer_size=500", "algo.learning_starts=5",
     "algo.actor_hidden_dims=[32,32]", "algo.critic_hidden_dims=[64,64]", "algo.precision=fp32",
     "eval_episodes=2", "env.max_episode_steps=20", "logger.console=false", "eval_interval=0", "save_interval=0",
 ]

@@ -41,9 +41,9 @@ LOGGED = ("loss", "q", "sac", "td3", "grad_norm", "eval")
 COMMON = ["total_steps=25", "algo.compile=false", "algo.precision=fp32", "logger.console=false",
           "logger.log_interval=5", "save_interval=0", "eval_interval=0", "eval_episodes=2", "hydra.run.dir=run"]
 RUNS = {
-    "fast_td3_half_cheetah": ["task=HalfCheetah-v5", "preset=cpu", "env.num_envs=4", "algo.batch_size=128",
+    "fast_td3_half_cheetah": ["task=HalfCheetah-v5", "sizing=cpu", "env.num_envs=4", "algo.batch_size=128",
                               "algo.learning_starts=5"],
-    "fast_sac_t1_recipe": ["task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust", "gate=off", "env.num_envs=4",
+    "fast_sac_t1_recipe": ["recipe=t1", "sizing=cpu", "gate=off", "env.num_envs=4",
                            "algo.batch_size=128", "algo.learning_starts=5"],
 }
 

@@ -164,7 +164,7 @@ def test_presets_follow_the_reference_where_they_drifted():
 ])
 def test_evaluation_episodes_per_suite_and_small_on_a_cpu(task, episodes):
     assert composed(f"task={task}").eval_episodes == episodes
-    cpu = composed(f"task={task}", "preset=cpu")
+    cpu = composed(f"task={task}", "sizing=cpu")
     assert cpu.eval_episodes == 10 and cpu.algo.precision == "auto"
 
 

@@ -114,19 +114,29 @@ def _leaves(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-def test_preset_cpu_t1_robust_is_the_shipped_runs_config():
-    """`preset=cpu_t1_robust seed=<the shipped seed>` trains what the shipped run trained: its
-    composed config equals the bundle's train_config.yaml but for what belongs to the machine or
-    the run folder (threads, `auto` resolved, out_dir) and `save_buffer`, which kept that run
-    resumable."""
+def readme_t1_command() -> list[str]:
+    """The overrides of the README's one T1 training command (`fast-td3-train recipe=...`)."""
+    lines = [line.split("#")[0].split() for line in (ROOT / "README.md").read_text().splitlines()]
+    commands = [words[1:] for words in lines if words[:1] == ["fast-td3-train"] and any(
+        w.startswith("recipe=") for w in words)]
+    assert len(commands) == 1, commands
+    return commands[0]
+
+
+def test_the_readme_t1_command_trains_the_shipped_runs_config():
+    """The README's T1 command, at the shipped seed and on a CPU (sizing=cpu, what detection
+    picks here), trains what the shipped run trained: its composed config equals the bundle's
+    train_config.yaml but for what belongs to the machine or the run folder (threads, `auto`
+    resolved, out_dir) and `save_buffer`, which kept that run resumable."""
     from omegaconf import OmegaConf
     from test_precision import composed
 
     from fast_td3.training.config import TrainConfig
 
     shipped = _leaves(OmegaConf.to_container(OmegaConf.load(BUNDLE / "train_config.yaml")))
-    seed = f"seed={shipped['seed']}"
-    preset = _leaves(OmegaConf.to_container(composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust", seed)))
+    command = [w for w in readme_t1_command() if not w.startswith("seed=")] + [f"seed={shipped['seed']}"]
+    assert "recipe=t1" in command
+    preset = _leaves(OmegaConf.to_container(composed(*command, "sizing=cpu")))
     # a setting added after the bundle shipped is missing from its file: that run had its default
     defaults = _leaves(OmegaConf.to_container(OmegaConf.structured(TrainConfig)))
     differing = {key for key in preset.keys() | shipped.keys()

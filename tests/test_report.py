@@ -32,7 +32,7 @@ def sweep(tmp_path_factory) -> Path:
         finally:
             runner.env.close(), plain.close()
         (root / name / "overrides.yaml").write_text(
-            f"- task=InvertedPendulum-v5\n- preset=cpu\n- seed={seed}\n- ++env.options.env_kwargs.scale={scale}\n")
+            f"- task=InvertedPendulum-v5\n- sizing=cpu\n- seed={seed}\n- ++env.options.env_kwargs.scale={scale}\n")
     (root / "0_a" / "videos").mkdir()
     (root / "0_a" / "videos" / "step_000000020.mp4").write_bytes(b"not decoded by this test")
     return root
@@ -57,7 +57,7 @@ def test_report_references_existing_files_and_shows_every_run_and_metric(sweep):
     # overrides that differ are highlighted, the shared ones are not
     assert "<th class='name differs'>seed</th>" in text
     assert "<th class='name differs'>env.options.env_kwargs.scale</th>" in text
-    assert "<th class='name'>preset</th>" in text
+    assert "<th class='name'>sizing</th>" in text
     # offline: no scripts, nothing fetched from elsewhere
     assert "<script" not in text and "http://" not in text and "https://" not in text
 

@@ -354,13 +354,13 @@ def test_a_resume_recalls_the_gates_verdicts_and_best_pt(tmp_path, monkeypatch):
 
 
 def test_the_robust_recipe_gates_while_training_as_the_shipping_gate_does():
-    """preset=cpu_t1's gate in the loop plays the segment length `fast-td3-sim2sim` and
+    """recipe=t1's gate in the loop plays the segment length `fast-td3-sim2sim` and
     fast-td3-ship (sim2real/ship.py) judge with: shorter segments hide a heading that drifts."""
     import inspect
 
     from test_precision import composed
 
-    recipe = composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1")
+    recipe = composed("recipe=t1", "sizing=cpu")
     assert recipe.gate.seconds == inspect.signature(sim2sim.run).parameters["seconds"].default == 20.0
     assert recipe.gate.seconds == inspect.signature(robust.run).parameters["seconds"].default
     assert composed("task=T1LowDimJoystickFlatTerrain").gate.seconds == 10.0  # the task's own, cheaper
@@ -370,7 +370,7 @@ def test_a_t1_run_gates_while_training_and_best_pt_is_the_gates_choice(tmp_path)
     run_dir = tmp_path / "run"
     env = dict(os.environ, FAST_TD3_THREADS="1")
     train = subprocess.run(
-        [str(BIN / "fast-td3-train"), "task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1", "total_steps=30",
+        [str(BIN / "fast-td3-train"), "recipe=t1", "sizing=cpu", "algo.compile=false", "total_steps=30",
          "algo.learning_starts=5", "eval_interval=10", "save_interval=10", "gate.interval=10", "gate.trials=1",
          "gate.seconds=3", "gate.perturbations.push=off", "gate.average=2", "env.num_envs=4", "algo.batch_size=64", "eval_episodes=2",
          "env.max_episode_steps=20", "algo.precision=fp32", f"hydra.run.dir={run_dir}"],
@@ -421,7 +421,7 @@ def test_a_t1_run_confirms_its_passes_by_the_shipping_bar_then_ships_and_stops(t
                 "gate.thresholds.min_height=-1", "gate.thresholds.min_tilt_cos=-2", "gate.perturbations.push=off",
                 "gate.stop_after_passes=2", "gate.ship=true", "gate.ship_seeds=[1,2]", "logger.log_interval=10"]
     first = subprocess.run(
-        [str(BIN / "fast-td3-train"), "task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1", "total_steps=40",
+        [str(BIN / "fast-td3-train"), "recipe=t1", "sizing=cpu", "algo.compile=false", "total_steps=40",
          "algo.learning_starts=5", "eval_interval=0", "save_interval=20", *passable, "gate.ship_trials=3",
          "env.num_envs=4", "algo.batch_size=64", "env.max_episode_steps=20", "algo.precision=fp32",
          f"hydra.run.dir={run_dir}"], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path, **lowered)
@@ -454,7 +454,7 @@ def test_a_t1_run_confirms_its_passes_by_the_shipping_bar_then_ships_and_stops(t
 
 
 @pytest.mark.parametrize("args, message", [
-    (["preset=cpu", "gate.trials=3"], "gate.trials=3 has no effect: the deploy gate is off"),
+    (["sizing=cpu", "gate.trials=3"], "gate.trials=3 has no effect: the deploy gate is off"),
     (["task=T1LowDimJoystickFlatTerrain", "gate.trials=0", "gate.perturbations.push=off"],
      "gate.perturbations.push=off has no effect: the gate plays no perturbed trials"),
     (["task=T1LowDimJoystickFlatTerrain", "gate.perturbations.pushes=off"],

@@ -4,7 +4,7 @@ A folder holding a run's files is never trained into again except by `resume=` (
 `force=true` replaces only a bundle export wrote (D2); a run folder is held by one process at a
 time through an OS lock, which a process's death releases (D3), and a resume into a folder it
 cannot write into is refused before any work; a stop before training leaves no folder that is
-not a run; the user's own presets (`--config-dir`) are seen by the checks; the replay buffer's
+not a run; the user's own config groups (`--config-dir`) are seen by the checks; the replay buffer's
 memory is estimated before it is allocated; and a command a message suggests works when pasted
 into a shell.
 """
@@ -227,26 +227,26 @@ def test_a_stop_before_training_is_reported_and_leaves_no_folder(tmp_path, signu
     assert again.returncode == 0, again.stderr
 
 
-# ------------------------------------------------------------------ the user's own presets and tasks
-def test_user_presets_and_tasks_from_config_dir(tmp_path):
-    (tmp_path / "myconf" / "preset").mkdir(parents=True)
+# ------------------------------------------------------------------ the user's own sizings and tasks
+def test_user_sizings_and_tasks_from_config_dir(tmp_path):
+    (tmp_path / "myconf" / "sizing").mkdir(parents=True)
     (tmp_path / "myconf" / "task").mkdir()
-    (tmp_path / "myconf" / "preset" / "mine.yaml").write_text(
+    (tmp_path / "myconf" / "sizing" / "mine.yaml").write_text(
         "# @package _global_\nenv:\n  num_envs: 3\nalgo:\n  batch_size: 48\n  buffer_size: 400\n  compile: false\n")
     pendulum = Path(__file__).resolve().parents[1] / "conf" / "task" / "InvertedPendulum-v5.yaml"
     (tmp_path / "myconf" / "task" / "MyPendulum.yaml").write_text(
         pendulum.read_text().replace("v_max: 110.0", "v_max: 120.0"))
     before = snapshot(tmp_path)
-    typo = run([TRAIN, "--config-dir", "myconf", "preset=mien"], tmp_path)
-    assert_user_error(typo, "Unknown preset option 'mien' for fast-td3-train. Did you mean 'mine'?")
+    typo = run([TRAIN, "--config-dir", "myconf", "sizing=mien"], tmp_path)
+    assert_user_error(typo, "Unknown sizing option 'mien' for fast-td3-train. Did you mean 'mine'?")
     assert snapshot(tmp_path) == before
-    own = [a for a in QUICK if a.split("=")[0] not in ("preset", "env.num_envs", "algo.batch_size", "algo.buffer_size")]
-    (tmp_path / "myconf" / "preset" / "cpu.yaml").write_text("# @package _global_\nenv:\n  num_envs: 7\n")
-    shadowed = run([TRAIN, "--config-dir", "myconf", "preset=cpu"], tmp_path)  # Hydra reads conf/preset/cpu.yaml
-    assert_user_error(shadowed, "--config-dir myconf: preset/cpu.yaml has no effect: fast-td3's own "
-                                "conf/preset/cpu.yaml is found first; give yours another name")
-    (tmp_path / "myconf" / "preset" / "cpu.yaml").unlink()
-    result = run([TRAIN, "--config-dir", "myconf", "task=MyPendulum", *own, "preset=mine", "total_steps=3",
+    own = [a for a in QUICK if a.split("=")[0] not in ("sizing", "env.num_envs", "algo.batch_size", "algo.buffer_size")]
+    (tmp_path / "myconf" / "sizing" / "cpu.yaml").write_text("# @package _global_\nenv:\n  num_envs: 7\n")
+    shadowed = run([TRAIN, "--config-dir", "myconf", "sizing=cpu"], tmp_path)  # Hydra reads conf/sizing/cpu.yaml
+    assert_user_error(shadowed, "--config-dir myconf: sizing/cpu.yaml has no effect: fast-td3's own "
+                                "conf/sizing/cpu.yaml is found first; give yours another name")
+    (tmp_path / "myconf" / "sizing" / "cpu.yaml").unlink()
+    result = run([TRAIN, "--config-dir", "myconf", "task=MyPendulum", *own, "sizing=mine", "total_steps=3",
                   "hydra.run.dir=run"], tmp_path)
     assert result.returncode == 0, result.stderr
     config = (tmp_path / "run" / "config.yaml").read_text()

@@ -21,7 +21,7 @@ TASK = "T1LowDimJoystickFlatTerrain"
 
 def test_multirun_over_reward_scales_records_overrides_and_reward_terms(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "fast_td3.training.train", "-m", f"task={TASK}", "preset=cpu", "env.options.backend=native",
+        [sys.executable, "-m", "fast_td3.training.train", "-m", f"task={TASK}", "sizing=cpu", "env.options.backend=native",
          "env.reward_scales.tracking_lin_vel=1,2", "env.num_envs=4", "eval_episodes=2", "env.max_episode_steps=10",
          "total_steps=20", "eval_interval=0", "save_interval=0", "logger.log_interval=10", "algo.batch_size=64",
          "algo.learning_starts=5", "logger.console=false", f"out_dir={tmp_path}"],

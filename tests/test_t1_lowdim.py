@@ -484,7 +484,7 @@ def test_train_export_sim2sim_end_to_end(tmp_path, capsys, backend):
     runs through the sim-to-sim gate the same way."""
     overrides = [] if backend == "native" else [f"env.options.backend={backend}"]
     train = subprocess.run(
-        [str(BIN / "fast-td3-train"), f"task={TASK}", "preset=cpu", "env.num_envs=2", "env.options.push=false", *overrides,
+        [str(BIN / "fast-td3-train"), f"task={TASK}", "sizing=cpu", "env.num_envs=2", "env.options.push=false", *overrides,
          "env.options.config_overrides.noise_config.level=0.0", "total_steps=20", "eval_interval=20",
          "eval_episodes=2", "env.max_episode_steps=10", "save_interval=20", "algo.batch_size=32",
          "algo.learning_starts=5", "logger.console=false", f"out_dir={tmp_path / 'runs'}"],

@@ -769,12 +769,12 @@ def test_training_draws_from_the_robust_gates_ranges():
 
 
 def test_the_robust_recipe_departs_from_the_gates_ranges_only_by_harder_kicks():
-    """`preset=cpu_t1_robust` writes its kick range out ([0.1, 1.2]): it must start at the gate's
+    """`recipe=t1` writes its kick range out ([0.1, 1.2]): it must start at the gate's
     smallest kick and reach past its largest, so the gate never kicks a size training did not,
     and it overrides no other range (those stay the gate's, test above)."""
     from test_precision import composed
 
-    overrides = composed("task=T1LowDimJoystickFlatTerrain", "preset=cpu_t1_robust").env.options.config_overrides
+    overrides = composed("recipe=t1", "sizing=cpu").env.options.config_overrides
     low, high = perturbations.PUSH_SPEED
     kicks = list(overrides.push_config.magnitude_range)
     assert kicks[0] == low and kicks[1] > high, (kicks, perturbations.PUSH_SPEED)

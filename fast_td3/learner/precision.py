@@ -27,7 +27,7 @@ from fast_td3.learner.config import PRECISIONS
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """/proc/cpuinfo flags of CPUs whose matrix units compute bf16 natively."""
 PROBE_SHAPE = (2048, 512, 512)
-"""(rows, inner, columns) of the probe matmul: the preset=cpu update's batch and widths."""
+"""(rows, inner, columns) of the probe matmul: the sizing=cpu update's batch and widths."""
 CACHE_ENV = "FAST_TD3_CACHE"
 
 

@@ -1,6 +1,6 @@
 """Checks of `fast-td3-train`'s command line before Hydra composes anything: unknown tasks, group
 options and keys (with the nearest valid name), a missing suite, and the user's own config
-folders (`--config-dir myconf`), whose presets and tasks count as Hydra would count them.
+folders (`--config-dir myconf`), whose recipes and tasks count as Hydra would count them.
 Nothing here imports torch, JAX or a suite.
 """
 
@@ -16,7 +16,9 @@ from fast_td3.training.config import TrainConfig
 from fast_td3.training.run_folder import hydra_value, override_value
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-GROUPS = ("suite", "preset", "algo", "logger", "reward", "gate")
+GROUPS = ("suite", "sizing", "recipe", "algo", "logger", "reward", "gate")
+PRESETS_NOW = ("preset= is gone: a machine's sizes are sizing=cpu|gpu (detected when not named; preset=cpu is sizing=cpu) and a whole recipe is recipe= (preset=cpu_t1_robust is recipe=t1, preset=cpu_t1_nominal is recipe=t1_nominal; preset=cpu_t1 never reached the bar and has no successor). Your own presets: <dir>/sizing/ or <dir>/recipe/ with --config-dir <dir>")
+"""The answer to `preset=...`, the group sizing and recipe replaced (a run made with one resumes as before)."""
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 SWEEP_SYNTAX = "()[]{}*?$"
 
@@ -39,7 +41,7 @@ def split_config_dirs(args: list[str]) -> tuple[list[Path], list[str]]:
             folder = Path(value).expanduser().absolute()
             if not folder.is_dir():
                 raise ConfigError(f"--config-dir {value}: no such folder (it holds your own config groups, "
-                                  "e.g. myconf/preset/mine.yaml for preset=mine)")
+                                  "e.g. myconf/recipe/mine.yaml for recipe=mine)")
             _check_not_shadowed(folder, value)
             dirs.append(folder)
         i += 1
@@ -152,6 +154,8 @@ def check_command_line(args: list[str], suites: dict[str, str] | None = None,
             path = override_value(arg)
             if not Path(path).expanduser().exists():
                 return f"resume={path}: no such run folder or checkpoint file"
+        if key == "preset":
+            return PRESETS_NOW
         if key in GROUPS:
             problem = unknown_group_option(key, value, dirs)
             if problem:

@@ -79,9 +79,9 @@ def run_training(cfg: DictConfig, hydra_cfg, run: RunContext) -> tuple[TrainConf
         for (path, why), where in zip(launch.unreadable, moved):
             print(f"fast-td3-train: {path.name} cannot be read ({why}); moved to {where} and "
                   f"resuming from {launch.resume_from.name}", file=sys.stderr, flush=True)
-    full_size = hydra_cfg.runtime.choices.get("preset") is None and not run.resumed
-    if full_size and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
-        print("Training at full size on a CPU: add preset=cpu for a laptop-sized run.", file=sys.stderr)
+    gpu_sized = hydra_cfg.runtime.choices.get("sizing") in (None, "gpu") and not run.resumed
+    if gpu_sized and ranks.is_main and resolve_device(train_cfg.device).type == "cpu":
+        print("Training at a GPU's sizes on a CPU: add sizing=cpu for a laptop-sized run.", file=sys.stderr)
 
     def ready() -> None:
         # A resumed run records its merged config too, so later resumes keep e.g. a new total_steps.

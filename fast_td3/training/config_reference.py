@@ -16,7 +16,7 @@ from typing import Any
 from fast_td3.training.config import TrainConfig, describe_fields
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-GROUPS = ("task", "preset", "algo", "algo_task", "reward", "logger", "suite", "gate")
+GROUPS = ("task", "recipe", "sizing", "recipe_sizing", "algo", "algo_task", "reward", "logger", "suite", "gate")
 """Config groups (folders of conf/) in the order the page lists them."""
 _SUITE_DEFAULT = re.compile(r"^\s*-\s*/suite:\s*(\S+)", re.MULTILINE)
 
@@ -106,12 +106,13 @@ def markdown(cls: type = TrainConfig, conf_dir: Path = CONF_DIR) -> str:
     """The generated part of docs/configuration.md: config groups, then every key."""
     return "\n".join([
         "## Config groups", "",
-        "Chosen as `group=option` (e.g. `preset=cpu`; `fast-td3-train --help` lists them too). A task pulls "
-        "in its `suite`, and `algo_task/<algo>_<task>` applies by itself when a run's algorithm and task "
-        "match it.", "",
+        "Chosen as `group=option` (e.g. `recipe=t1`, `sizing=cpu`; `fast-td3-train --help` lists them too). A task pulls "
+        "in its `suite`; `algo_task/<algo>_<task>` applies by itself when a run's algorithm and task "
+        "match it, and `recipe_sizing/<recipe>_<sizing>` when its recipe and sizing do. `fast-td3-train` "
+        "picks `sizing` by itself when the command line names none (`gpu` with a CUDA GPU, else `cpu`).", "",
         groups_markdown(conf_dir),
         "## Keys", "",
-        "Schema defaults: a task, suite or preset file changes some of them "
+        "Schema defaults: a task, suite, sizing or recipe file changes some of them "
         "(`fast-td3-train --cfg job task=<id>` prints what a run would use).", "",
         keys_markdown(cls),
     ])

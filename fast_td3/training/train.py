@@ -1,6 +1,7 @@
 """`fast-td3-train`: compose the config with Hydra, build the envs, run the runner.
 
-    fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
+    fast-td3-train task=HalfCheetah-v5 seed=3          # sizing=cpu|gpu detected (training.sizing)
+    fast-td3-train recipe=t1 seed=0                    # the T1 recipe
     fast-td3-train -m seed=1,2,3                       # a sweep, one run after another
     fast-td3-train resume=runs/HalfCheetah-v5/<run>    # continue a run (plain key overrides allowed)
     fast-td3-train --cfg job                           # print the composed config

@@ -21,6 +21,7 @@ from fast_td3.training.cli_checks import CONF_DIR, check_command_line, missing_s
 from fast_td3.training.config import TrainConfig, describe_fields
 from fast_td3.training.preflight import Launch, check_sweep, claim, preflight
 from fast_td3.training.run_folder import no_resume, override_value
+from fast_td3.training.sizing import with_detected_sizing
 
 # Exit codes (docs/resume.md, "Exit codes"); 1 is left to Python for our own bugs (with a traceback).
 EXIT_USER_ERROR, EXIT_NON_FINITE, EXIT_WRITE_ERROR = 2, 3, 4
@@ -33,7 +34,9 @@ INFO_FLAGS = {"--cfg", "-c", "--info", "--hydra-help", "--shell-completion", "-s
 
 HELP = """fast-td3-train: train FastTD3 or FastSAC (algo=fast_sac) on one task (Hydra; overrides are key=value).
 
-  fast-td3-train task=HalfCheetah-v5 preset=cpu seed=3
+  fast-td3-train task=HalfCheetah-v5 seed=3
+  fast-td3-train recipe=t1 seed=0                            the T1 recipe: trains, gates, ships <run>/bundle/, stops
+  fast-td3-train recipe=t1 sizing=gpu                        a machine's sizes (detected when not named: cpu | gpu)
   fast-td3-train -m task=Hopper-v5,Walker2d-v5 seed=1,2      sweep (one run after another)
   fast-td3-train -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2
                                                              2 runs at a time (pip install hydra-joblib-launcher)
@@ -41,7 +44,7 @@ HELP = """fast-td3-train: train FastTD3 or FastSAC (algo=fast_sac) on one task (
   fast-td3-train resume=runs/<task>/<run> [total_steps=N]    continue a run (from its latest checkpoint)
   fast-td3-train logger=tensorboard ...                      also TensorBoard files: tensorboard --logdir <run>
   fast-td3-train --cfg job [overrides]                       print the composed config
-  fast-td3-train --config-dir myconf preset=mine             your own presets and tasks (myconf/preset/mine.yaml)
+  fast-td3-train --config-dir myconf recipe=mine             your own recipes and tasks (myconf/recipe/mine.yaml)
   fast-td3-train --hydra-help                                Hydra's own options
 
 A run keeps checkpoints/best.pt (its best evaluation) beside the newest step_<N>.pt files:
@@ -50,7 +53,7 @@ fast-td3-eval, -play and -export take best.pt from a run folder (--use latest / 
 Config groups (conf/):
 {groups}
 
-Keys (schema default -- task and preset files change some, see --cfg job -- then what it is):
+Keys (schema default -- task, sizing and recipe files change some, see --cfg job -- then what it is):
 {keys}
 """
 
@@ -58,7 +61,7 @@ Keys (schema default -- task and preset files change some, see --cfg job -- then
 def help_text() -> str:
     groups = "\n".join(
         f"  {group}: {', '.join(sorted(p.stem for p in (CONF_DIR / group).glob('*.yaml')))}"
-        for group in ("task", "preset", "reward", "logger", "algo", "suite", "gate")
+        for group in ("task", "recipe", "sizing", "reward", "logger", "algo", "suite", "gate")
     )
     keys = "\n".join(f"  {key} = {default}\n      {doc}" for key, default, doc in describe_fields(TrainConfig))
     return HELP.format(groups=groups, keys=keys)
@@ -94,7 +97,7 @@ def hydra_args(args: list[str], launch: Launch) -> list[str] | None:
         problem = missing_suite(plain_args, suites) or cluster.launcher_problem(args)
     if problem:
         fail(problem)
-    args = [add_to_free_form_dicts(arg) for arg in args]
+    args = with_detected_sizing([add_to_free_form_dicts(arg) for arg in args])  # sizing=cpu|gpu unless named
     multirun = "-m" in args or "--multirun" in args
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from fast_td3.training import distributed
@@ -125,7 +128,11 @@ def check_hydra_flags(args: list[str]) -> None:
 
     parser = get_args_parser()
     parser.error = lambda message: fail(f"{message} (fast-td3-train --hydra-help lists Hydra's flags)")
-    parser.parse_args(args)
+    parsed = parser.parse_args(args)
+    modes = [flag for flag, on in (("--run", parsed.run), ("--multirun", parsed.multirun), ("--cfg", parsed.cfg),
+                                   ("--info", parsed.info), ("--shell-completion", parsed.shell_completion)) if on]
+    if len(modes) > 1:  # Hydra's own answer is a traceback
+        fail(f"{' and '.join(modes)} cannot be given together: choose one (--cfg job prints the config a run would use)")
 
 
 def add_to_free_form_dicts(arg: str) -> str:

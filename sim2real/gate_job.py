@@ -18,8 +18,6 @@ the full robust report, draws included. Exit status: 0 a verdict was written (pa
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -110,23 +108,13 @@ def yield_to_the_trainer() -> None:
 
 
 def confirm(result: Path, ship_args: list[str]) -> int:
-    """`fast-td3-ship` with `ship_args`, its exit status (0 shipped, 1 below the bar, 2 refused) and
-    the lines saying why it fell short written to `result`."""
+    """`fast-td3-ship` with `ship_args`; what it did written to `result`, its exit status returned
+    (0 shipped, 1 below the bar, 2 refused)."""
     from sim2real import ship
 
-    lines: list[str] = []
-
-    class Tee(io.TextIOBase):
-        def write(self, text: str) -> int:
-            lines.append(text)
-            return sys.__stdout__.write(text)
-
-    with contextlib.redirect_stdout(Tee()):
-        code = ship.main(ship_args)
-    said = "".join(lines).splitlines()
-    _write(result, {"code": code, "shipped": code == 0,
-                    "below_the_bar": [line for line in said if line.startswith(("below the bar:", "the gate failed"))]})
-    return code
+    outcome = ship.run(ship_args)
+    _write(result, {"code": outcome.code, "shipped": outcome.code == 0, "below_the_bar": list(outcome.below_the_bar)})
+    return outcome.code
 
 
 def main(argv: list[str] | None = None) -> int:

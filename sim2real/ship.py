@@ -37,6 +37,7 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -203,7 +204,22 @@ def replace_folder(staging: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a `fast-td3-ship` did: `code` is its exit status (0 shipped, 1 the gate failed or the
+    bar was not reached, 2 refused), `below_the_bar` why it fell short (the run's confirmation
+    records them)."""
+
+    code: int
+    below_the_bar: tuple[str, ...] = ()
+
+
 def main(argv: list[str] | None = None) -> int:
+    return run(argv).code
+
+
+def run(argv: list[str] | None = None) -> Outcome:
+    """`fast-td3-ship` with `argv`, and what it did."""
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=path_in, help="a T1LowDimJoystick* run folder")
     parser.add_argument("--step", type=whole(0), required=True, help="the checkpoint's global step")
@@ -237,19 +253,19 @@ def main(argv: list[str] | None = None) -> int:
         args.ranges = robust.ranges_from_options(dict(option.partition("=")[::2] for option in args.perturbation))
     except (ShipRefused, t1_bundle.BundleError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+        return Outcome(2)
     # staging is this command's own: a fresh name beside --out, gone on every way out
     staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}.staging-", dir=args.out.absolute().parent))
     try:
         return ship(args, checkpoint, staging)
     except (ValueError, OSError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+        return Outcome(2)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
+def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> Outcome:
     """Export, gate and document the checkpoint in `staging`, then put it in place of --out."""
     export_bundle(checkpoint, staging, average=args.average)
     segments = sim2sim.sequence(args.both_sides, args.segments)
@@ -258,7 +274,8 @@ def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
     sim2sim.print_report(report)
     if not report.passed and not args.allow_fail:
         print("the gate failed: nothing shipped (--allow-fail ships it, marked as failing)")
-        return 1
+        why = [f"{s.name}: {f}" for s in report.segments for f in s.failures] + report.deploy_mismatches
+        return Outcome(1, tuple(f"the gate failed: {line}" for line in why) or ("the gate failed",))
     (staging / "sim2sim.json").write_text(json.dumps(json_safe(report.to_dict()), indent=2, allow_nan=False))
     shortfalls, robust_reports = [], []
     if args.robust:
@@ -277,7 +294,7 @@ def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
             print(f"below the bar: {line}")
         if shortfalls and not args.allow_fail:
             print("nothing shipped (--allow-fail ships it, marked as falling short)")
-            return 1
+            return Outcome(1, tuple(shortfalls))
     if args.seeds:
         # each row from the copy the bundle keeps: the row and its evidence cannot differ
         rows = [recipe_table.row(archive_run(run, staging / "seeds"), args.note) for run in find_runs(args.seeds)]
@@ -319,7 +336,7 @@ def ship(args: argparse.Namespace, checkpoint: Path, staging: Path) -> int:
     replace_folder(staging, args.out)
     print(json.dumps({"shipped": str(args.out), **{k: info[k] for k in ("checkpoint_step", "wall_seconds",
                                                                          "gate_passed", "seconds_walked")}}))
-    return 0
+    return Outcome(0)
 
 
 def cli(argv: list[str] | None = None) -> None:

@@ -36,7 +36,7 @@ from fast_td3.files import RUN_BUNDLE_DIR, atomic_write_bytes
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training.config import TrainConfig
 from fast_td3.training.gate_verdicts import (
-    ACTORS_DIR, GATE_DIR, SHIP_DIR, GateVerdict, eval_return_at, promotion_note, read_ship_result, read_verdict,
+    ACTORS_DIR, GATE_DIR, SHIP_DIR, GateVerdict, eval_return_at, promotion_note, read_record, read_verdict,
     run_metrics,
 )
 from fast_td3.training.policy_average import actor_part, average_actor, read_actor_part
@@ -164,7 +164,7 @@ class GateLoop:
     def _confirmed(self, step: int, code: int | None, logger) -> None:
         """The confirmation's answer: shipped (the run may stop) or not (the count starts again)."""
         log = self.folder / SHIP_DIR / f"step_{step:09d}.log"
-        record = read_ship_result(self.folder / SHIP_DIR / f"step_{step:09d}.json")
+        record = read_record(self.folder / SHIP_DIR / f"step_{step:09d}.json")
         shipped = bool(record.get("shipped"))
         logger.log_past(step, {"gate/confirmed": float(shipped)}, "gate/step")
         if shipped:
@@ -293,7 +293,7 @@ class GateLoop:
                 aside.mkdir(parents=True, exist_ok=True)
                 for path in later:
                     path.replace(aside / path.name)
-        confirmations = {ckpt.step_in_name(p): read_ship_result(p) for p in (self.folder / SHIP_DIR).glob("step_*.json")}
+        confirmations = {ckpt.step_in_name(p): read_record(p) for p in (self.folder / SHIP_DIR).glob("step_*.json")}
         for result in sorted(self.folder.glob("step_*.json")):
             verdict = read_verdict(result, ckpt.step_in_name(result))
             if verdict is None:

@@ -56,8 +56,8 @@ def promotion_note(promoted: bool, passed: bool) -> str:
     return ": now best.pt" if passed else ": kept as best.pt for now, the closest to passing (none has passed yet)"
 
 
-def read_ship_result(path: Path) -> dict[str, Any]:
-    """A confirmation's answer ({} when it wrote none: it died, or was stopped)."""
+def read_record(path: Path) -> dict[str, Any]:
+    """A gate child's JSON record, a verdict or a confirmation's answer ({} when it wrote none, or not a whole one: it died, or was stopped)."""
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -66,9 +66,9 @@ def read_ship_result(path: Path) -> dict[str, Any]:
 
 
 def read_verdict(path: Path, step: int) -> GateVerdict | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A gate's verdict on the checkpoint of `step`; None while (or when) it wrote none."""
+    record = read_record(path)
+    if not record:
         return None
     if "error" in record:
         return GateVerdict(step, {}, error=record["error"])

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from envs.protocol import EnvSpec
 from fast_td3 import __version__
 from fast_td3.analysis.evaluate_checkpoint import load_checkpoint, load_policy
 from fast_td3.files import atomic_write_bytes, fsync_dir
@@ -69,8 +70,9 @@ class DeployPolicy(nn.Module):
 
 
 # --------------------------------------------------------------------------- building
-def _check_sizes(checkpoint: dict, task: str) -> int:
-    """The checkpoint's observation size, after checking its actor, normaliser and env agree."""
+def _check_sizes(checkpoint: dict, task: str) -> EnvSpec:
+    """The shape of the envs the checkpoint was trained on, after checking that its actor,
+    normaliser and env record agree on the observation size."""
     modules = checkpoint["agent"]["modules"]
     first_actor_weight = next(
         (v for k, v in modules.items() if k.startswith("actor.") and k.endswith("weight") and v.dim() == 2), None
@@ -91,7 +93,9 @@ def _check_sizes(checkpoint: dict, task: str) -> int:
             f"{task}: observation size mismatch: the checkpoint's actor takes {actor_obs} observations "
             f"but it was trained on envs with {env_obs}"
         )
-    return actor_obs
+    env = checkpoint["env"]
+    return EnvSpec(num_envs=int(env.get("num_envs", 1)), num_obs=actor_obs, num_critic_obs=env.get("num_critic_obs"),
+                   num_actions=int(env["num_actions"]))
 
 
 def _normalizer_stats(agent) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -123,7 +127,7 @@ def t1_bundle_extras(cfg, gait_frequency: float | None = None) -> dict | None:
     return {"meta": spec.meta() | {"source_task": cfg.env.task}, "deploy_yaml": spec.deploy_yaml()}
 
 
-def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_actions: int,
+def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, spec: EnvSpec,
                 mean: torch.Tensor, std: torch.Tensor, eps: float, extras: dict | None) -> dict:
 
     meta = {
@@ -132,8 +136,8 @@ def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_
         "suite": cfg.env.suite,
         "checkpoint": str(Path(checkpoint_path).resolve()),
         "checkpoint_step": int(checkpoint["global_step"]),
-        "num_obs": num_obs,
-        "num_actions": num_actions,
+        "num_obs": spec.num_obs,
+        "num_actions": spec.num_actions,
         "normalizer": {
             "mean": mean.tolist(),
             "std": std.tolist(),
@@ -144,13 +148,13 @@ def _build_meta(checkpoint_path: Path, checkpoint: dict, cfg, num_obs: int, num_
         },
         "observation": {
             "dtype": "float32",
-            "shape": [None, num_obs],
+            "shape": [None, spec.num_obs],
             "low": None,  # unbounded: raw observations, normalised inside the policy
             "high": None,
         },
         "action": {
             "dtype": "float32",
-            "shape": [None, num_actions],
+            "shape": [None, spec.num_actions],
             "low": -1.0,
             "high": 1.0,
             "note": "normalised actions; the env adapter rescales them to the simulator's bounds",
@@ -312,32 +316,31 @@ def export_bundle(checkpoint: str | Path, out: str | Path, device: str = "cpu", 
     task = cfg.env.task
     if average != 1:
         checkpoint = averaged_checkpoint(checkpoint_path, checkpoint, average, cfg.algo.normalizer_eps)
-    num_obs = _check_sizes(checkpoint, task)
-    num_actions = int(checkpoint["env"]["num_actions"])
+    spec = _check_sizes(checkpoint, task)
     extras = t1_bundle_extras(cfg, gait_frequency)
     if extras is not None:
         deploy_obs = extras["meta"].get("observation", {}).get("size")
-        if deploy_obs is not None and int(deploy_obs) != num_obs:
+        if deploy_obs is not None and int(deploy_obs) != spec.num_obs:
             raise ValueError(
                 f"{task}: observation size mismatch: the deploy observation layout has {deploy_obs} "
-                f"entries but the checkpoint's actor takes {num_obs}"
+                f"entries but the checkpoint's actor takes {spec.num_obs}"
             )
         deploy_actions = extras["meta"].get("action", {}).get("size")
-        if deploy_actions is not None and int(deploy_actions) != num_actions:
+        if deploy_actions is not None and int(deploy_actions) != spec.num_actions:
             raise ValueError(
                 f"{task}: action size mismatch: the deploy configuration drives {deploy_actions} "
-                f"joints but the checkpoint's actor outputs {num_actions} actions"
+                f"joints but the checkpoint's actor outputs {spec.num_actions} actions"
             )
 
     agent = load_policy(checkpoint, cfg, torch_device)
     mean, std, eps = _normalizer_stats(agent)
     policy = DeployPolicy(agent.actor, mean, std, eps).cpu().eval()
-    meta = _build_meta(checkpoint_path, checkpoint, cfg, num_obs, num_actions, mean, std, eps, extras)
+    meta = _build_meta(checkpoint_path, checkpoint, cfg, spec, mean, std, eps, extras)
     meta_json = json.dumps(meta, indent=2) + "\n"
 
     files = {
         POLICY_PT: _torchscript_bytes(policy, meta_json),
-        POLICY_ONNX: _onnx_bytes(policy, num_obs, meta_json),
+        POLICY_ONNX: _onnx_bytes(policy, spec.num_obs, meta_json),
         META_JSON: meta_json.encode(),
     }
     if extras is not None:

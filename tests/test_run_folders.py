@@ -325,7 +325,7 @@ def test_the_replay_estimate_is_what_the_buffer_allocates(num_critic_obs, tail_o
     dtype = torch.bfloat16 if bf16 else torch.float32
     spec = EnvSpec(num_envs=3, num_obs=5, num_critic_obs=num_critic_obs, num_actions=2)
     buffer = ReplayBuffer(spec, 7, critic_obs_extends_actor_obs=tail_only, obs_dtype=dtype, device="cpu")
-    assert buffer.memory_bytes() == 3 * 7 * slot_bytes(5, 2, num_critic_obs, tail_only, dtype)
+    assert buffer.memory_bytes() == 3 * 7 * slot_bytes(spec, tail_only, dtype)
 
 
 def test_under_torchrun_only_rank_0_claims_and_locks_the_named_folder(tmp_path, monkeypatch):

@@ -61,13 +61,13 @@ def storage_layout(num_obs: int, num_actions: int, stored_critic: int,
     return spec
 
 
-def slot_bytes(num_obs: int, num_actions: int, num_critic_obs: int | None = None,
-               critic_obs_extends_actor_obs: bool = False, obs_dtype: torch.dtype = torch.float32) -> int:
+def slot_bytes(spec: EnvSpec, critic_obs_extends_actor_obs: bool = False,
+               obs_dtype: torch.dtype = torch.float32) -> int:
     """Bytes one env's transition takes in the storage: `num_envs * capacity_per_env` of them
     is what `ReplayBuffer.memory_bytes` will report, known before anything is allocated."""
-    stored = stored_critic_size(num_obs, num_critic_obs, critic_obs_extends_actor_obs)
+    stored = stored_critic_size(spec.num_obs, spec.num_critic_obs, critic_obs_extends_actor_obs)
     return sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-               for shape, dtype in storage_layout(num_obs, num_actions, stored, obs_dtype).values())
+               for shape, dtype in storage_layout(spec.num_obs, spec.num_actions, stored, obs_dtype).values())
 
 
 class ReplayBuffer:

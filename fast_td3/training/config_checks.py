@@ -136,6 +136,7 @@ def check_replay_memory_early(cfg) -> None:
         return
     import torch
 
+    from envs.protocol import EnvSpec
     from fast_td3.learner.device import resolve_device
     from fast_td3.learner.replay import slot_bytes
 
@@ -144,7 +145,7 @@ def check_replay_memory_early(cfg) -> None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     available = device_memory_available(device)
     obs_dtype = torch.bfloat16 if cfg.algo.store_obs_bf16 else torch.float32
-    per_slot = slot_bytes(1, 1, obs_dtype=obs_dtype)
+    per_slot = slot_bytes(EnvSpec(num_obs=1, num_actions=1), obs_dtype=obs_dtype)  # the least an env's slot takes
     if available is not None and transitions * per_slot > available:
         raise ConfigError(_replay_message(cfg, transitions * per_slot, per_slot, available, device, at_least=True))
 
@@ -154,11 +155,10 @@ def check_replay_memory(cfg, env, device, warn=None) -> None:
     `device`, a warning (`warn(line)`, default: stderr) when it takes most of what is free."""
     import torch
 
-    from envs.protocol import optional_attribute
+    from envs.protocol import EnvSpec, optional_attribute
     from fast_td3.learner.replay import slot_bytes
 
-    per_slot = slot_bytes(env.num_obs, env.num_actions, env.num_critic_obs,
-                          bool(optional_attribute(env, "critic_obs_extends_actor_obs")),
+    per_slot = slot_bytes(EnvSpec.of(env), bool(optional_attribute(env, "critic_obs_extends_actor_obs")),
                           torch.bfloat16 if cfg.algo.store_obs_bf16 else torch.float32)
     need = env.num_envs * cfg.algo.buffer_size * per_slot
     available = device_memory_available(device)

@@ -11,14 +11,19 @@ import torch
 from envs.protocol import ACTOR, CRITIC, VecEnv
 from fast_td3.measures.diagnostics import critic_calibration, diagnostics_path, discounted_returns, save_eval_diagnostics
 from fast_td3.training import distributed
-from fast_td3.training.evaluation import EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize
+from fast_td3.training.evaluation import (
+    EvalTrace, eval_seed, gait_results, read_gait_signals, run_episodes, summarize, write_video,
+)
+
+VIDEO_FPS = 30
 
 
 def evaluate_in_run(agent, env: VecEnv, cfg, seed: int, ranks: distributed.Context, run_dir: Path, global_step: int,
-                    to: Callable[[torch.Tensor | None], torch.Tensor | None]) -> tuple[dict[str, float], list]:
+                    to: Callable[[torch.Tensor | None], torch.Tensor | None]) -> tuple[dict[str, float], Path | None]:
     """Deterministic episodes on `env` (never the training envs) from `eval_seed(seed)`: the
     summary of every rank's episodes, with the gait metrics and critic diagnostics of rank 0's,
-    and (with `cfg.eval_video`, rank 0) env 0's frames of its first episode."""
+    and (with `cfg.eval_video`, rank 0) the video of env 0's first episode, written to
+    <run>/videos/step_<N>.mp4 (None: no video)."""
     frames: list = []
     on_step = (lambda t: frames.append(env.render(0))) if cfg.eval_video and ranks.is_main else None
     trace = EvalTrace() if ranks.is_main else None
@@ -30,7 +35,12 @@ def evaluate_in_run(agent, env: VecEnv, cfg, seed: int, ranks: distributed.Conte
     if trace:
         results.update(eval_diagnostics(trace, run_dir, global_step, cfg.algo.gamma, agent.value_reduction,
                                         bool(cfg.env.reward_scales)))
-    return results, frames[: int(episodes["lengths"][0])]
+    frames = frames[: int(episodes["lengths"][0])]
+    if not frames:
+        return results, None
+    video = run_dir / "videos" / f"step_{global_step:09d}.mp4"
+    write_video(frames, video, VIDEO_FPS)
+    return results, video
 
 
 def record_eval_step(agent, env: VecEnv, step: dict[str, Any], trace: EvalTrace,

@@ -11,14 +11,14 @@ loop lives in modules of its own: collector.py (the envs' half), learning.py (th
 half), guards.py, and the hooks (hooks.py) that run beside it: the evaluation with best.pt
 (periodic_eval.py), the deploy gate (gate_hook.py), and a benchmark's phase clock. `Runner.from_config` builds a run's envs and runner (run_envs.py);
 `train(until_step=...)` trains to a step and may be called again to go on. The runner owns its
-state: `state()` is its checkpoint, `load_state()` puts one back.
+state: `state()` is its checkpoint, `load_state()` puts one back (run_checkpoint.py).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -27,25 +27,23 @@ from envs.protocol import VecEnv, optional_attribute
 from fast_td3.learner.device import resolve_device
 from fast_td3.training import checkpoint as ckpt
 from fast_td3.training import distributed
-from fast_td3.training.config import TrainConfig, config_dict
+from fast_td3.training.config import TrainConfig
 from fast_td3.training.collector import Collector
 from fast_td3.training.contention import CoreMonitor
 from fast_td3.training.episodes import episode_means
 from fast_td3.training.eval_diagnostics import evaluate_in_run
-from fast_td3.training.evaluation import write_video
 from fast_td3.training.gate_hook import GateHook
 from fast_td3.training.guards import TrainingStopped, stop_signals
 from fast_td3.training.hooks import Hook, Hooks
 from fast_td3.training.learning import Learning
 from fast_td3.training.periodic_eval import EvaluationHook
+from fast_td3.training.run_checkpoint import CheckpointedRun
 from fast_td3.training.run_envs import RunEnvs, make_run_envs
 from fast_td3.training.metrics_log import IntervalClock, MetricsLogger, to_host
-from fast_td3.training.run_state import upgrade
-
-VIDEO_FPS = 30
+from fast_td3.training.run_logger import run_logger
 
 
-class Runner:
+class Runner(CheckpointedRun):
     """Trains the algorithm `cfg.algo.name` on `env`, evaluates on `eval_env`, checkpoints into `run_dir`.
 
     Args:
@@ -127,7 +125,8 @@ class Runner:
         from here; `hooks` run in this call only."""
         cfg = self.cfg
         self.until_step = until_step = min(until_step or cfg.total_steps, cfg.total_steps)
-        self.logger = logger = self.logger or self._make_logger()
+        self.logger = logger = self.logger or run_logger(self.cfg, self.run_dir, self.ranks, self.global_step,
+                                                          self.env.num_envs)
         self.hooks = Hooks([*self.run_hooks, *hooks])
         obs, critic_obs = self._observations or self._reset_envs()
         self.cores = cores = CoreMonitor(logger.note, torch.set_num_threads, torch.get_num_threads())
@@ -235,67 +234,13 @@ class Runner:
             self._stop_if_non_finite()
             if self.eval_env is None:
                 return {}
-            results, frames = evaluate_in_run(self.agent, self.eval_env, self.cfg, self.seed, self.ranks, self.run_dir,
-                                              self.global_step, self.collector.to_device)
+            results, video = evaluate_in_run(self.agent, self.eval_env, self.cfg, self.seed, self.ranks, self.run_dir,
+                                             self.global_step, self.collector.to_device)
         self.last_eval = results
         for hook in self.hooks:
             hook.on_eval(self, results)
         if self.logger is not None:
             self.logger.log(self.global_step, results)
-        if frames:
-            path = self.run_dir / "videos" / f"step_{self.global_step:09d}.mp4"
-            write_video(frames, path, VIDEO_FPS)
-            if self.logger is not None:
-                self.logger.log_video(self.global_step, path)
+            if video is not None:
+                self.logger.log_video(self.global_step, video)
         return results
-
-    # ================================================================ checkpoints
-    def state(self, with_buffer: bool = True) -> dict[str, Any]:
-        """The checkpoint: step, the learner's state (algorithm, sampling stream, and the replay
-        buffer with save_buffer unless `with_buffer` is false: best.pt and the gate's checkpoints
-        are for evaluation and export), the env record, config, the best evaluation so far."""
-        return {"format": ckpt.FORMAT, "global_step": self.global_step,
-                **self.learning.state(with_buffer and self.cfg.save_buffer),
-                "env": self.spec.record(), "config": config_dict(self.cfg), "best_eval": self.best_eval,
-                "env_parts": {name: part.state_dict() for name, part in self.checkpointed_env_parts.items()}}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Put back an (upgraded) checkpoint of envs of this shape and this algorithm."""
-        self.learning.load_state(state)
-        self.global_step = int(state["global_step"])
-        self._observations = None  # the envs restart: a simulator's state is not in a checkpoint
-        self.best_eval = state.get("best_eval")  # older checkpoints: none yet
-        saved_parts = state.get("env_parts", {})  # older checkpoints: none; a part not saved starts afresh
-        for name, part in self.checkpointed_env_parts.items():
-            if name in saved_parts:
-                part.load_state_dict(saved_parts[name])
-
-    def save(self, wait_for_all: bool = True) -> Path | None:
-        """Rank 0 writes the checkpoint; with `wait_for_all`, every rank returns once it exists
-        (after checking that the ranks' networks are still identical)."""
-        if wait_for_all and self.ranks.enabled:
-            distributed.check_replicas(self.agent, self.ranks)
-        path = self.checkpoints.save(self.state(), self.global_step) if self.ranks.is_main else None
-        if wait_for_all and self.ranks.enabled:
-            distributed.barrier(self.ranks)
-        if path is not None:
-            for hook in self.hooks:
-                hook.on_checkpoint(self, path)
-        return path if path is not None else self.checkpoints.latest()
-
-    def load(self, path: str | Path) -> None:
-        """Continue from a checkpoint: step counter, schedules, normalisers, exploration, RNG streams."""
-        path = ckpt.find_checkpoint(path)
-        state = upgrade(ckpt.load(path))
-        ckpt.check_matches(state, config_dict(self.cfg), path)  # e.g. another task's checkpoint of equal shapes
-        self.load_state(state)
-        if self.ranks.is_main and ckpt.run_dir_of(path).resolve() == self.run_dir.resolve():
-            # Continuing from an older checkpoint of this run: what came after it is another
-            # history; keep those files aside rather than mixing or pruning them.
-            self.checkpoints.set_aside_after(self.global_step)
-
-    def _make_logger(self) -> MetricsLogger:
-        if not self.ranks.is_main:
-            return distributed.SilentLogger()
-        return MetricsLogger(self.cfg.logger, self.run_dir, config_dict(self.cfg), self.cfg.env.task,
-                             self.cfg.total_steps, self.global_step, self.env.num_envs * self.ranks.world_size)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from fast_td3.training.run_folder import no_resume
 
-SIZINGS = ("cpu", "gpu")
 GPU_DEVICE_FILES = ("/dev/nvidia0", "/dev/kfd")
 """An NVIDIA GPU's first device file; ROCm's kernel driver (torch.cuda runs on both)."""
 
